@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the real control plane the integration tests run against: kube-apiserver from the
+# k8s.io/kubernetes Go module and etcd from the go.etcd.io Go modules, each into a cache
+# directory keyed by its version, so a warm run only checks that the binaries are there.
+#
+# Prints the directory holding `kube-apiserver` and `etcd` on its last line of stdout.
+# Environment: KUBE_VERSION (default below), ETCD_VERSION, PME_CACHE (cache root).
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+OUT="$CACHE/control-plane/kube-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
+
+log() { echo "build-test-cluster: $*" >&2; }
+
+if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" ]]; then
+  log "cached: $OUT"
+  echo "$OUT"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "go is required (the Go toolchain builds kube-apiserver and etcd)"; exit 1; }
+mkdir -p "$OUT"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+# kube-apiserver: k8s.io/kubernetes points its staging modules (k8s.io/api, ...) at ./staging
+# with version v0.0.0; outside its repository those replace lines do not apply, so a wrapper
+# module replaces each staging module with its published v0.MINOR.PATCH twin.
+build_kube_apiserver() {
+  local dir="$work/kube" staging
+  mkdir -p "$dir" && cd "$dir"
+  go mod init elector-test/kube >/dev/null 2>&1
+  go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >"$dir/dl.json"
+  local gomod
+  gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' "$dir/dl.json")"
+  staging="v0.${KUBE_VERSION#v1.}"
+  {
+    echo "replace ("
+    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
+    echo ")"
+  } >>go.mod
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >&2
+  log "compiling kube-apiserver ${KUBE_VERSION} (several minutes on two cores)"
+  go build -trimpath -ldflags "-s -w" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+}
+
+# etcd: the server module refers to its sibling modules through ../ replace lines, which
+# likewise do not apply outside the repository, so pin the siblings to the same release.
+build_etcd() {
+  local dir="$work/etcd"
+  mkdir -p "$dir" && cd "$dir"
+  go mod init elector-test/etcd >/dev/null 2>&1
+  cat >>go.mod <<MOD
+replace (
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/server/v3 => go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+)
+MOD
+  go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
+  log "compiling etcd ${ETCD_VERSION}"
+  go build -trimpath -ldflags "-s -w" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$OUT/etcd.tmp" "$OUT/etcd"
+}
+
+[[ -x "$OUT/etcd" ]] || build_etcd
+[[ -x "$OUT/kube-apiserver" ]] || build_kube_apiserver
+log "built: $OUT"
+echo "$OUT"

@@ -1,0 +1,51 @@
+//! The command line: one subcommand per role, every flag also readable from `ELECTOR_*`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::{copy_self, elect, inject, logging, supervise};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "passmower-elector",
+    version,
+    about = "Lease-based leader election that makes multi-replica Passmower safe",
+    long_about = "Lease-based leader election that makes multi-replica Passmower safe.\n\n\
+        Run `elect` as a sidecar in every pod and `supervise -- CMD` as the app's entrypoint; \
+        `inject` adds both to existing manifests. Every flag --foo-bar can also be set as \
+        ELECTOR_FOO_BAR; a flag wins over its variable."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: logging::LogArgs,
+    #[command(subcommand)]
+    pub role: Role,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Role {
+    /// Hold or contend for the Lease; grant operator mode to this pod while it is held.
+    Elect(elect::ElectArgs),
+    /// Run the app as PID 1 and switch it between leader and follower mode with the grant.
+    Supervise(supervise::SuperviseArgs),
+    /// Add the elector, the supervisor and RBAC to Kubernetes manifests (Helm post-renderer).
+    Inject(inject::InjectArgs),
+    /// Copy this binary to DEST (mode 0755, atomic), for an initContainer without a shell.
+    CopySelf(copy_self::CopySelfArgs),
+}
+
+/// Parses the command line and runs the chosen role. Usage errors exit 2 (clap's convention,
+/// shared with every configuration error the roles find themselves).
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = logging::init(&cli.log) {
+        return e.report();
+    }
+    match cli.role {
+        Role::Elect(args) => elect::main(args),
+        Role::Supervise(args) => supervise::main(args),
+        Role::Inject(args) => inject::main(args),
+        Role::CopySelf(args) => copy_self::main(args),
+    }
+}

@@ -1,0 +1,32 @@
+//! `copy-self DEST`: places this binary in a shared volume, for images without a shell or `cp`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::atomic_file;
+
+#[derive(Debug, clap::Args)]
+pub struct CopySelfArgs {
+    /// Where to put the binary (written atomically, mode 0755); its directory must exist.
+    pub dest: PathBuf,
+}
+
+pub fn main(args: CopySelfArgs) -> ExitCode {
+    match copy_self(&args.dest) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("passmower-elector copy-self: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Copies the running executable to `dest` atomically with mode 0755.
+pub fn copy_self(dest: &std::path::Path) -> Result<(), String> {
+    // /proc/self/exe names the running image even if the file was replaced since it started.
+    let bytes = std::fs::read("/proc/self/exe")
+        .or_else(|_| std::env::current_exe().and_then(std::fs::read))
+        .map_err(|e| format!("cannot read the running binary: {e}"))?;
+    atomic_file::write_with_mode(dest, &bytes, 0o755)
+        .map_err(|e| format!("cannot write {}: {e}", dest.display()))
+}

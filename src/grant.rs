@@ -1,0 +1,310 @@
+//! The grant protocol: the object the elector writes to the flag file and pushes to the toggle,
+//! the ack file the consumer writes back, and the ordering rule both sides obey.
+//!
+//! One JSON object travels on every channel (flag file, `POST` to the toggle, ack file), so a
+//! consumer needs one parser. Ordering is by `(incarnation, seq)`: `incarnation` is the elector
+//! process's start time on CLOCK_BOOTTIME (comparable across a pod's containers, which share a
+//! kernel) and `seq` grows with every object that process emits. A consumer obeys an object only
+//! if it is newer than the last one it obeyed, so a late or retried push cannot undo a newer
+//! demotion and a dead elector's last words never outrank its successor's.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomic_file;
+use crate::clock::{self, BootInstant};
+
+/// What the pod may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Operator mode: reconcile, until the grant's expiry.
+    Leader,
+    /// Serve HTTP only; no operator work.
+    Follower,
+    /// Only in ack files: the consumer has exited and runs nothing.
+    Stopped,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Leader => "leader",
+            Mode::Follower => "follower",
+            Mode::Stopped => "stopped",
+        })
+    }
+}
+
+/// Position of an object in an elector's output stream; compared as a tuple.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Order {
+    pub incarnation: u64,
+    pub seq: u64,
+}
+
+/// The flag-file / toggle object. Field names are a stable interface (see the README).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub mode: Mode,
+    /// The Lease holder identity as the elector knows it (may be empty when nobody leads).
+    #[serde(default)]
+    pub holder: String,
+    /// `leaseTransitions` after this pod acquired the Lease: a fencing token, not an order.
+    #[serde(default)]
+    pub epoch: u64,
+    pub incarnation: u64,
+    pub seq: u64,
+    /// `"namespace/name"` of the Lease.
+    #[serde(default)]
+    pub lease: String,
+    /// CLOCK_BOOTTIME nanoseconds at which a leader grant lapses; 0 for a follower.
+    #[serde(default)]
+    pub expires_boottime_ns: u64,
+    /// The same expiry as RFC 3339 wall-clock time, for humans only; never used for decisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl Grant {
+    /// A leader grant that lapses at `expires`.
+    pub fn leader(
+        holder: &str,
+        epoch: u64,
+        order: Order,
+        lease: &str,
+        expires: BootInstant,
+    ) -> Self {
+        Grant {
+            mode: Mode::Leader,
+            holder: holder.to_owned(),
+            epoch,
+            incarnation: order.incarnation,
+            seq: order.seq,
+            lease: lease.to_owned(),
+            expires_boottime_ns: expires.as_nanos(),
+            expires_at: Some(clock::rfc3339_of(expires)),
+        }
+    }
+
+    /// A follower object; `holder` is whoever leads now, as far as the elector knows.
+    pub fn follower(holder: &str, epoch: u64, order: Order, lease: &str) -> Self {
+        Grant {
+            mode: Mode::Follower,
+            holder: holder.to_owned(),
+            epoch,
+            incarnation: order.incarnation,
+            seq: order.seq,
+            lease: lease.to_owned(),
+            expires_boottime_ns: 0,
+            expires_at: None,
+        }
+    }
+
+    pub fn order(&self) -> Order {
+        Order {
+            incarnation: self.incarnation,
+            seq: self.seq,
+        }
+    }
+
+    /// The mode in force at `now`: a leader grant past its expiry counts as follower.
+    pub fn effective_mode(&self, now: BootInstant) -> Mode {
+        match self.mode {
+            Mode::Leader if now < self.expiry() => Mode::Leader,
+            Mode::Leader => Mode::Follower,
+            other => other,
+        }
+    }
+
+    pub fn expiry(&self) -> BootInstant {
+        BootInstant::from_nanos(self.expires_boottime_ns)
+    }
+
+    /// Time left on a leader grant at `now` (zero for followers and expired grants).
+    pub fn remaining(&self, now: BootInstant) -> Duration {
+        match self.effective_mode(now) {
+            Mode::Leader => self.expiry().remaining(now),
+            _ => Duration::ZERO,
+        }
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing a struct of strings and integers cannot fail.
+        let mut out = serde_json::to_vec(self).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Self, GrantError> {
+        serde_json::from_slice(bytes).map_err(GrantError::Parse)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("malformed grant object: {0}")]
+    Parse(#[source] serde_json::Error),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Path of the ack file kept beside a flag file: `<flag-file>.ack`.
+pub fn ack_path(flag_file: &Path) -> PathBuf {
+    let mut name = flag_file.as_os_str().to_owned();
+    name.push(".ack");
+    PathBuf::from(name)
+}
+
+/// Writes `grant` to `path` atomically (temp file, fsync, rename, fsync of the directory).
+pub fn write_file(path: &Path, grant: &Grant) -> Result<(), GrantError> {
+    atomic_file::write(path, &grant.to_json()).map_err(|source| GrantError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads a grant object from `path`; `Ok(None)` when the file does not exist yet.
+pub fn read_file(path: &Path) -> Result<Option<Grant>, GrantError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Grant::from_json(&bytes).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(GrantError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The process-wide ordering stamp source of one elector incarnation.
+#[derive(Debug)]
+pub struct Sequencer {
+    incarnation: u64,
+    seq: u64,
+}
+
+impl Sequencer {
+    /// Starts a new incarnation at the current CLOCK_BOOTTIME reading.
+    pub fn start() -> Self {
+        Self::with_incarnation(BootInstant::now().as_nanos())
+    }
+
+    pub fn with_incarnation(incarnation: u64) -> Self {
+        Sequencer {
+            incarnation,
+            seq: 0,
+        }
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The stamp for the next object: strictly greater than every one before it.
+    pub fn next(&mut self) -> Order {
+        self.seq += 1;
+        Order {
+            incarnation: self.incarnation,
+            seq: self.seq,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(incarnation: u64, seq: u64) -> Order {
+        Order { incarnation, seq }
+    }
+
+    #[test]
+    fn newer_incarnation_outranks_any_seq_of_an_older_one() {
+        assert!(order(2, 1) > order(1, 999));
+        assert!(order(1, 2) > order(1, 1));
+        assert!(order(1, 1) == order(1, 1));
+    }
+
+    #[test]
+    fn sequencer_is_strictly_increasing() {
+        let mut s = Sequencer::with_incarnation(7);
+        let a = s.next();
+        let b = s.next();
+        assert!(b > a);
+        assert_eq!(a.incarnation, 7);
+    }
+
+    #[test]
+    fn expired_leader_grant_is_follower() {
+        let g = Grant::leader("p", 3, order(1, 1), "ns/l", BootInstant::from_nanos(1_000));
+        assert_eq!(g.effective_mode(BootInstant::from_nanos(999)), Mode::Leader);
+        assert_eq!(
+            g.effective_mode(BootInstant::from_nanos(1_000)),
+            Mode::Follower
+        );
+        assert_eq!(
+            g.remaining(BootInstant::from_nanos(400)),
+            Duration::from_nanos(600)
+        );
+    }
+
+    #[test]
+    fn json_round_trip_uses_the_documented_field_names() {
+        let g = Grant::leader(
+            "pod-a_1",
+            4,
+            order(10, 2),
+            "ns/l",
+            BootInstant::from_nanos(5),
+        );
+        let text = String::from_utf8(g.to_json()).unwrap();
+        for field in [
+            "\"mode\":\"leader\"",
+            "\"holder\"",
+            "\"epoch\":4",
+            "\"incarnation\":10",
+            "\"seq\":2",
+            "\"lease\":\"ns/l\"",
+            "\"expires_boottime_ns\":5",
+            "\"expires_at\"",
+        ] {
+            assert!(text.contains(field), "{field} missing in {text}");
+        }
+        assert_eq!(Grant::from_json(text.as_bytes()).unwrap(), g);
+    }
+
+    #[test]
+    fn follower_without_expiry_parses() {
+        let g = Grant::from_json(br#"{"mode":"follower","incarnation":1,"seq":3}"#).unwrap();
+        assert_eq!(g.mode, Mode::Follower);
+        assert_eq!(g.expires_boottime_ns, 0);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_grant() {
+        assert!(Grant::from_json(b"{\"mode\":\"king\"}").is_err());
+        assert!(Grant::from_json(b"").is_err());
+    }
+
+    #[test]
+    fn file_round_trip_and_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grant.json");
+        assert!(read_file(&path).unwrap().is_none());
+        let g = Grant::follower("x", 0, order(1, 1), "ns/l");
+        write_file(&path, &g).unwrap();
+        assert_eq!(read_file(&path).unwrap(), Some(g));
+        assert_eq!(ack_path(&path), dir.path().join("grant.json.ack"));
+    }
+}
