@@ -212,7 +212,7 @@ impl Sequencer {
     }
 
     /// The stamp for the next object: strictly greater than every one before it.
-    pub fn next(&mut self) -> Order {
+    pub fn next_order(&mut self) -> Order {
         self.seq += 1;
         Order {
             incarnation: self.incarnation,
@@ -239,8 +239,8 @@ mod tests {
     #[test]
     fn sequencer_is_strictly_increasing() {
         let mut s = Sequencer::with_incarnation(7);
-        let a = s.next();
-        let b = s.next();
+        let a = s.next_order();
+        let b = s.next_order();
         assert!(b > a);
         assert_eq!(a.incarnation, 7);
     }
