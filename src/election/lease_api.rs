@@ -1,0 +1,248 @@
+//! Typed access to the one Lease: conditional writes with a timeout each, and a watch task
+//! that feeds every change to the election loop.
+//!
+//! Every call is bounded by a timeout shorter than the renew deadline, so a hung API server can
+//! delay a renew but never hold the loop past the grant's expiry.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use super::record::Observed;
+
+/// How a Lease call failed, coarse enough to act on and to label metrics with.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseApiError {
+    /// 409: the resourceVersion precondition failed, or the object already exists.
+    #[error("conflict: the Lease changed since it was read")]
+    Conflict,
+    /// 404 on a write: the Lease was deleted.
+    #[error("the Lease does not exist")]
+    NotFound,
+    /// 401/403: RBAC or credentials; retried, but an operator has to fix it.
+    #[error("not allowed: {0}")]
+    Forbidden(String),
+    #[error("the API did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("API error: {0}")]
+    Other(String),
+}
+
+impl LeaseApiError {
+    /// Label for the API error counter.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LeaseApiError::Conflict => "conflict",
+            LeaseApiError::NotFound => "not_found",
+            LeaseApiError::Forbidden(_) => "forbidden",
+            LeaseApiError::Timeout(_) => "timeout",
+            LeaseApiError::Other(_) => "other",
+        }
+    }
+
+    fn from_kube(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => match status.code {
+                409 => LeaseApiError::Conflict,
+                404 => LeaseApiError::NotFound,
+                401 | 403 => LeaseApiError::Forbidden(status.message),
+                code => {
+                    LeaseApiError::Other(format!("{code} {}: {}", status.reason, status.message))
+                }
+            },
+            other => LeaseApiError::Other(other.to_string()),
+        }
+    }
+}
+
+/// The Lease named by the configuration, in its namespace.
+#[derive(Clone)]
+pub struct LeaseApi {
+    api: Api<Lease>,
+    name: String,
+    namespace: String,
+    timeout: Duration,
+}
+
+impl LeaseApi {
+    pub fn new(client: Client, namespace: &str, name: &str, timeout: Duration) -> Self {
+        LeaseApi {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            timeout,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `"namespace/name"`, as written into grants.
+    pub fn reference(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = kube::Result<T>>,
+    ) -> Result<T, LeaseApiError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.map_err(LeaseApiError::from_kube),
+            Err(_) => Err(LeaseApiError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Reads the Lease; `Ok(None)` when it does not exist.
+    pub async fn get(&self) -> Result<Option<Lease>, LeaseApiError> {
+        self.bounded(self.api.get_opt(&self.name)).await
+    }
+
+    /// Creates the Lease; `Conflict` when it already exists.
+    pub async fn create(&self, lease: &Lease) -> Result<Lease, LeaseApiError> {
+        self.bounded(self.api.create(&PostParams::default(), lease))
+            .await
+    }
+
+    /// Replaces the Lease, conditional on the resourceVersion carried by `lease`.
+    pub async fn replace(&self, lease: &Lease) -> Result<Lease, LeaseApiError> {
+        if lease
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            // Without a resourceVersion the PUT would be unconditional: never send one.
+            return Err(LeaseApiError::Conflict);
+        }
+        self.bounded(self.api.replace(&self.name, &PostParams::default(), lease))
+            .await
+    }
+
+    /// Starts the watch task. It sends each observed state of the Lease (with the full object)
+    /// and keeps the watch alive: on its end it resumes from the last resourceVersion; on
+    /// `410 Gone` or an error it re-reads once (with backoff) and watches again.
+    pub fn spawn_watch(&self, retry: Duration) -> mpsc::Receiver<WatchItem> {
+        let (tx, rx) = mpsc::channel(16);
+        let this = self.clone();
+        tokio::spawn(async move { this.watch_loop(tx, retry).await });
+        rx
+    }
+
+    async fn watch_loop(self, tx: mpsc::Sender<WatchItem>, retry: Duration) {
+        let mut backoff = Duration::from_millis(100);
+        let mut resume_from: Option<String> = None;
+        loop {
+            let rv = match resume_from.take() {
+                Some(rv) => rv,
+                None => match self.get().await {
+                    Ok(lease) => {
+                        let rv = lease
+                            .as_ref()
+                            .and_then(|l| l.metadata.resource_version.clone())
+                            .unwrap_or_else(|| "0".to_owned());
+                        if tx.send(WatchItem::Observed(lease)).await.is_err() {
+                            return;
+                        }
+                        rv
+                    }
+                    Err(e) => {
+                        if tx.send(WatchItem::Error(e)).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(retry);
+                        continue;
+                    }
+                },
+            };
+            match self.watch_from(&rv, &tx).await {
+                WatchEnd::Resume(last) => {
+                    backoff = Duration::from_millis(100);
+                    resume_from = Some(last);
+                }
+                WatchEnd::Relist => {}
+                WatchEnd::Failed(e) => {
+                    if tx.send(WatchItem::Error(e)).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(retry);
+                }
+                WatchEnd::ReceiverGone => return,
+            }
+        }
+    }
+
+    async fn watch_from(&self, rv: &str, tx: &mpsc::Sender<WatchItem>) -> WatchEnd {
+        // The server ends the watch after timeoutSeconds; we then resume from the last version.
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .timeout(290);
+        let stream = match self.bounded(self.api.watch(&params, rv)).await {
+            Ok(s) => s,
+            Err(e) => return WatchEnd::Failed(e),
+        };
+        let mut stream = std::pin::pin!(stream.map_err(LeaseApiError::from_kube));
+        let mut last = rv.to_owned();
+        while let Some(event) = stream.next().await {
+            let item = match event {
+                Ok(WatchEvent::Added(l)) | Ok(WatchEvent::Modified(l)) => {
+                    last = l.metadata.resource_version.clone().unwrap_or(last);
+                    WatchItem::Observed(Some(l))
+                }
+                Ok(WatchEvent::Deleted(l)) => {
+                    last = l.metadata.resource_version.clone().unwrap_or(last);
+                    WatchItem::Observed(None)
+                }
+                Ok(WatchEvent::Bookmark(b)) => {
+                    last = b.metadata.resource_version;
+                    continue;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => return WatchEnd::Relist,
+                Ok(WatchEvent::Error(status)) => {
+                    return WatchEnd::Failed(LeaseApiError::from_kube(kube::Error::Api(status)))
+                }
+                Err(e) => return WatchEnd::Failed(e),
+            };
+            if tx.send(item).await.is_err() {
+                return WatchEnd::ReceiverGone;
+            }
+        }
+        WatchEnd::Resume(last)
+    }
+}
+
+/// What the watch task reports.
+#[derive(Debug)]
+pub enum WatchItem {
+    /// The Lease as it is now (`None`: it does not exist).
+    Observed(Option<Lease>),
+    /// The watch or its re-read failed; it retries by itself.
+    Error(LeaseApiError),
+}
+
+enum WatchEnd {
+    Resume(String),
+    Relist,
+    Failed(LeaseApiError),
+    ReceiverGone,
+}
+
+/// Converts an optional Lease into an observation.
+pub fn observe(lease: Option<&Lease>) -> Observed {
+    match lease {
+        Some(l) => Observed::from_lease(l),
+        None => Observed::Absent,
+    }
+}

@@ -1,0 +1,168 @@
+//! The four durations of an election and the start-up check that makes them safe together.
+
+use std::time::Duration;
+
+use crate::config::{human, ConfigError};
+
+/// Slack every safe configuration must leave between the old leader's latest possible stop
+/// (renew deadline + kill grace) and the earliest takeover (lease duration). It absorbs clock
+/// rate differences between nodes and scheduling delays.
+pub const MIN_MARGIN: Duration = Duration::from_secs(1);
+
+/// Election timing. All of it is measured on the local CLOCK_BOOTTIME only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// D: how long a held Lease record must stay unchanged, on a candidate's own clock, before
+    /// that candidate may take it.
+    pub lease_duration: Duration,
+    /// R: a renew sent at local time t keeps the grant until t + R.
+    pub renew_deadline: Duration,
+    /// P: the leader renews this often; followers re-check this often when their watch is quiet.
+    pub retry_period: Duration,
+    /// K: the consumer stops operator work within K of a demotion or of the grant's expiry.
+    pub kill_grace: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Timing {
+    /// Refuses timings under which an old leader could still run when a new one starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (flag, d) in [
+            ("--lease-duration", self.lease_duration),
+            ("--renew-deadline", self.renew_deadline),
+            ("--retry-period", self.retry_period),
+            ("--kill-grace", self.kill_grace),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::new(
+                    flag,
+                    human(d),
+                    "must be greater than zero",
+                ));
+            }
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(ConfigError::new(
+                "--retry-period",
+                human(self.retry_period),
+                format!(
+                    "must be shorter than --renew-deadline ({}), so a leader gets more than one renew attempt per deadline",
+                    human(self.renew_deadline)
+                ),
+            ));
+        }
+        let needed = self.renew_deadline + self.kill_grace + MIN_MARGIN;
+        if needed >= self.lease_duration {
+            return Err(ConfigError::new(
+                "--lease-duration",
+                human(self.lease_duration),
+                format!(
+                    "must be greater than --renew-deadline + --kill-grace + {} = {} ({} + {} + {}), \
+                     or a new leader could start before the old one has stopped",
+                    human(MIN_MARGIN),
+                    human(needed),
+                    human(self.renew_deadline),
+                    human(self.kill_grace),
+                    human(MIN_MARGIN)
+                ),
+            ));
+        }
+        if self.lease_duration > Duration::from_secs(i32::MAX as u64) {
+            return Err(ConfigError::new(
+                "--lease-duration",
+                human(self.lease_duration),
+                "must fit leaseDurationSeconds (at most 2147483647s)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `leaseDurationSeconds` to write: D rounded up to whole seconds, so peers that read the
+    /// field never wait less than we promise.
+    pub fn lease_duration_seconds(&self) -> i32 {
+        let d = self.lease_duration;
+        let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        i32::try_from(secs).unwrap_or(i32::MAX)
+    }
+
+    /// Timeout of every API call: shorter than the renew deadline so a hung call can never hold
+    /// the loop past the grant's expiry, and never below 500 ms so a slow but healthy API works.
+    pub fn api_timeout(&self) -> Duration {
+        let half_deadline = self.renew_deadline / 2;
+        self.retry_period
+            .max(Duration::from_millis(500))
+            .min(half_deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(d: u64, r: u64, p: u64, k: u64) -> Timing {
+        Timing {
+            lease_duration: Duration::from_millis(d),
+            renew_deadline: Duration::from_millis(r),
+            retry_period: Duration::from_millis(p),
+            kill_grace: Duration::from_millis(k),
+        }
+    }
+
+    #[test]
+    fn defaults_are_safe() {
+        Timing::default().validate().unwrap();
+        assert_eq!(Timing::default().lease_duration_seconds(), 15);
+    }
+
+    #[test]
+    fn lease_must_outlast_deadline_grace_and_margin() {
+        // 10 + 3 + 1 = 14 < 15 is fine; 10 + 4 + 1 = 15 is not.
+        t(15_000, 10_000, 2_000, 3_000).validate().unwrap();
+        let err = t(15_000, 10_000, 2_000, 4_000).validate().unwrap_err();
+        assert_eq!(err.flag, "--lease-duration");
+        assert!(
+            err.reason.contains("--renew-deadline + --kill-grace"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn retry_must_be_shorter_than_deadline() {
+        let err = t(15_000, 2_000, 2_000, 1_000).validate().unwrap_err();
+        assert_eq!(err.flag, "--retry-period");
+    }
+
+    #[test]
+    fn zero_is_refused() {
+        assert_eq!(
+            t(15_000, 10_000, 2_000, 0).validate().unwrap_err().flag,
+            "--kill-grace"
+        );
+    }
+
+    #[test]
+    fn fractional_lease_duration_rounds_up() {
+        assert_eq!(t(4_500, 2_000, 500, 1_000).lease_duration_seconds(), 5);
+    }
+
+    #[test]
+    fn api_timeout_is_below_the_renew_deadline() {
+        for timing in [
+            Timing::default(),
+            t(4_000, 1_500, 100, 1_000),
+            t(60_000, 40_000, 30_000, 5_000),
+        ] {
+            assert!(timing.api_timeout() < timing.renew_deadline);
+        }
+    }
+}
