@@ -1,11 +1,339 @@
-//! `elect`: the sidecar role.
+//! `elect`: the sidecar role. Holds or contends for the Lease and grants operator mode to its
+//! own pod while it holds it: `args` → validated `ElectConfig` → the election loop (`run`),
+//! which feeds the outputs (flag file + toggle), probes, metrics and Events.
 
+pub mod events;
+pub mod metrics;
+pub mod outputs;
+pub mod probes;
+pub mod run;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-#[derive(Debug, clap::Args)]
-pub struct ElectArgs {}
+use hyper::Uri;
 
-pub fn main(_args: ElectArgs) -> ExitCode {
-    eprintln!("passmower-elector elect: not implemented yet");
-    ExitCode::FAILURE
+use crate::config::{parse_positive_duration, ConfigError};
+use crate::election::Timing;
+
+/// Where the service-account namespace is mounted in a pod.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ElectArgs {
+    /// Name of the coordination.k8s.io/v1 Lease to hold.
+    #[arg(long, env = "ELECTOR_LEASE_NAME", default_value = "passmower-elector")]
+    pub lease_name: String,
+    /// Namespace of the Lease [default: $POD_NAMESPACE, then the service-account namespace].
+    #[arg(long, env = "ELECTOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// This pod's identity [default: $POD_NAME]. A per-process suffix is appended, so two
+    /// processes with the same name can never both believe they hold the Lease.
+    #[arg(long, env = "ELECTOR_IDENTITY")]
+    pub identity: Option<String>,
+    /// D: how long a held Lease must stay unchanged before another pod may take it.
+    #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
+    pub lease_duration: Duration,
+    /// R: a renew sent at time t keeps the grant until t + R. R + kill grace + 1s must be < D.
+    #[arg(long, env = "ELECTOR_RENEW_DEADLINE", default_value = "10s", value_parser = parse_positive_duration)]
+    pub renew_deadline: Duration,
+    /// P: the leader renews this often; must be < the renew deadline.
+    #[arg(long, env = "ELECTOR_RETRY_PERIOD", default_value = "2s", value_parser = parse_positive_duration)]
+    pub retry_period: Duration,
+    /// K: the consumer stops operator work within K of a demotion or of the grant's expiry.
+    #[arg(long, env = "ELECTOR_KILL_GRACE", default_value = "3s", value_parser = parse_positive_duration)]
+    pub kill_grace: Duration,
+    /// The flag file (on a shared memory-backed emptyDir); its directory must exist.
+    #[arg(
+        long,
+        env = "ELECTOR_FLAG_FILE",
+        default_value = "/var/run/passmower-elector/grant.json"
+    )]
+    pub flag_file: PathBuf,
+    /// Loopback URL to POST every grant change and renewal to (e.g. http://127.0.0.1:8082/grant).
+    #[arg(long, env = "ELECTOR_TOGGLE_URL")]
+    pub toggle_url: Option<String>,
+    /// Address of the probe and metrics server (/healthz, /readyz, /leader, /metrics).
+    #[arg(long, env = "ELECTOR_PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
+    /// Do not create Kubernetes Events for transitions.
+    #[arg(long, env = "ELECTOR_NO_EVENTS")]
+    pub no_events: bool,
+}
+
+/// The validated configuration of the `elect` role.
+#[derive(Debug, Clone)]
+pub struct ElectConfig {
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace.
+    pub namespace: String,
+    /// Base identity (usually the pod name); the holder identity adds a per-process suffix.
+    pub identity: String,
+    pub timing: Timing,
+    pub flag_file: PathBuf,
+    pub toggle_url: Option<Uri>,
+    pub probe_addr: SocketAddr,
+    pub events: bool,
+}
+
+impl ElectArgs {
+    /// Validates the flags; every error names the flag and what is allowed.
+    pub fn into_config(self) -> Result<ElectConfig, ConfigError> {
+        let timing = Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            kill_grace: self.kill_grace,
+        };
+        timing.validate()?;
+        check_dns_subdomain("--lease-name", &self.lease_name)?;
+        let namespace = match self.namespace.filter(|n| !n.is_empty()) {
+            Some(ns) => ns,
+            None => default_namespace().ok_or_else(|| {
+                ConfigError::new(
+                    "--namespace",
+                    "",
+                    format!("not set, and neither POD_NAMESPACE nor {SERVICE_ACCOUNT_NAMESPACE} gives one"),
+                )
+            })?,
+        };
+        check_dns_label("--namespace", &namespace)?;
+        let identity = match self.identity.filter(|i| !i.is_empty()) {
+            Some(i) => i,
+            None => std::env::var("POD_NAME")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "--identity",
+                        "",
+                        "not set and POD_NAME is empty (set it from the downward API)",
+                    )
+                })?,
+        };
+        match self.flag_file.parent() {
+            Some(dir) if dir.as_os_str().is_empty() || dir.is_dir() => {}
+            _ => {
+                return Err(ConfigError::new(
+                    "--flag-file",
+                    self.flag_file.display().to_string(),
+                    "its directory must exist (mount a shared emptyDir there)",
+                ))
+            }
+        }
+        let toggle_url = self
+            .toggle_url
+            .filter(|u| !u.is_empty())
+            .map(|u| parse_toggle_url(&u))
+            .transpose()?;
+        Ok(ElectConfig {
+            lease_name: self.lease_name,
+            namespace,
+            identity,
+            timing,
+            flag_file: self.flag_file,
+            toggle_url,
+            probe_addr: self.probe_addr,
+            events: !self.no_events,
+        })
+    }
+}
+
+fn default_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .filter(|n| !n.is_empty())
+}
+
+/// The toggle is a control channel: it must stay inside the pod, on loopback, over plain HTTP.
+fn parse_toggle_url(raw: &str) -> Result<Uri, ConfigError> {
+    let bad = |why: &str| ConfigError::new("--toggle-url", raw, why.to_owned());
+    let uri: Uri = raw
+        .parse()
+        .map_err(|_| bad("not a URL; expected http://127.0.0.1:PORT/PATH"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad(
+            "must be an http:// URL on loopback (127.0.0.0/8, [::1] or localhost)",
+        ));
+    }
+    let host = uri
+        .host()
+        .unwrap_or("")
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Err(bad("must point at loopback (127.0.0.0/8, [::1] or localhost): the toggle never leaves the pod"));
+    }
+    Ok(uri)
+}
+
+fn check_dns_label(flag: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            flag,
+            value,
+            "must be a DNS-1123 label: 1-63 of a-z, 0-9 and '-', alphanumeric at both ends",
+        ))
+    }
+}
+
+fn check_dns_subdomain(flag: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .split('.')
+            .all(|label| check_dns_label(flag, label).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            flag,
+            value,
+            "must be a DNS-1123 subdomain: lowercase a-z, 0-9, '-' and '.', at most 253 characters",
+        ))
+    }
+}
+
+/// The holder identity: the base identity plus a random per-process suffix.
+pub fn holder_identity(base: &str) -> String {
+    let mut bytes = [0u8; 4];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    let suffix = if random {
+        u32::from_le_bytes(bytes)
+    } else {
+        // Without /dev/urandom, pid and boot time still differ between processes of one node.
+        (std::process::id() ^ (crate::clock::BootInstant::now().as_nanos() as u32)).rotate_left(7)
+    };
+    format!("{base}_{suffix:08x}")
+}
+
+/// Entry point of `passmower-elector elect`.
+pub fn main(args: ElectArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => return e.report(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("passmower-elector elect: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run::start(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: ElectArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ElectConfig, ConfigError> {
+        let dir = std::env::temp_dir();
+        let flag = dir.join("grant.json");
+        let flag = flag.to_string_lossy().to_string();
+        let mut argv = vec!["elect", "--identity", "pod-a"];
+        if !extra.contains(&"--namespace") {
+            argv.extend_from_slice(&["--namespace", "ns"]);
+        }
+        if !extra.contains(&"--flag-file") {
+            argv.extend_from_slice(&["--flag-file", &flag]);
+        }
+        argv.extend_from_slice(extra);
+        Cmd::try_parse_from(argv)
+            .expect("flags parse")
+            .args
+            .into_config()
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.timing, Timing::default());
+        assert_eq!(c.lease_name, "passmower-elector");
+    }
+
+    #[test]
+    fn unsafe_timing_names_the_flag() {
+        let e = parse(&["--kill-grace", "5s"]).unwrap_err();
+        assert_eq!(e.flag, "--lease-duration");
+    }
+
+    #[test]
+    fn toggle_must_be_loopback_http() {
+        assert!(parse(&["--toggle-url", "http://127.0.0.1:8082/grant"]).is_ok());
+        assert!(parse(&["--toggle-url", "http://[::1]:8082/grant"]).is_ok());
+        assert_eq!(
+            parse(&["--toggle-url", "http://10.0.0.1:8082/"])
+                .unwrap_err()
+                .flag,
+            "--toggle-url"
+        );
+        assert_eq!(
+            parse(&["--toggle-url", "https://127.0.0.1/"])
+                .unwrap_err()
+                .flag,
+            "--toggle-url"
+        );
+    }
+
+    #[test]
+    fn names_must_be_dns_compatible() {
+        assert_eq!(
+            parse(&["--lease-name", "Bad_Name"]).unwrap_err().flag,
+            "--lease-name"
+        );
+        assert_eq!(
+            parse(&["--namespace", "a.b"]).unwrap_err().flag,
+            "--namespace"
+        );
+    }
+
+    #[test]
+    fn missing_flag_file_directory_is_refused() {
+        let e = parse(&["--flag-file", "/no/such/dir/grant.json"]).unwrap_err();
+        assert_eq!(e.flag, "--flag-file");
+    }
+
+    #[test]
+    fn holder_identities_differ_per_call() {
+        let a = holder_identity("pod");
+        let b = holder_identity("pod");
+        assert!(a.starts_with("pod_") && b.starts_with("pod_"));
+        assert_ne!(a, b);
+    }
 }

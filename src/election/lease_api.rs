@@ -151,7 +151,11 @@ impl LeaseApi {
                             .as_ref()
                             .and_then(|l| l.metadata.resource_version.clone())
                             .unwrap_or_else(|| "0".to_owned());
-                        if tx.send(WatchItem::Observed(lease)).await.is_err() {
+                        if tx
+                            .send(WatchItem::Observed(lease.map(Box::new)))
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                         rv
@@ -199,7 +203,7 @@ impl LeaseApi {
             let item = match event {
                 Ok(WatchEvent::Added(l)) | Ok(WatchEvent::Modified(l)) => {
                     last = l.metadata.resource_version.clone().unwrap_or(last);
-                    WatchItem::Observed(Some(l))
+                    WatchItem::Observed(Some(Box::new(l)))
                 }
                 Ok(WatchEvent::Deleted(l)) => {
                     last = l.metadata.resource_version.clone().unwrap_or(last);
@@ -227,7 +231,7 @@ impl LeaseApi {
 #[derive(Debug)]
 pub enum WatchItem {
     /// The Lease as it is now (`None`: it does not exist).
-    Observed(Option<Lease>),
+    Observed(Option<Box<Lease>>),
     /// The watch or its re-read failed; it retries by itself.
     Error(LeaseApiError),
 }

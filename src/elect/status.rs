@@ -1,0 +1,172 @@
+//! What the election loop knows, shared with the probe server: written by the loop only.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::clock::{self, BootInstant};
+
+/// A snapshot of the election as seen by this pod.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// The holder named by the last observed Lease (empty when released or absent).
+    pub holder: String,
+    /// This process's holder identity.
+    pub identity: String,
+    /// The epoch of our term (or the last observed `leaseTransitions` when following).
+    pub epoch: u64,
+    /// Our grant's expiry, when leading.
+    pub grant_expiry: Option<BootInstant>,
+    /// When the current role (leader or follower) began, wall clock.
+    pub since: Option<SystemTime>,
+    /// The Lease (or its absence) has been observed at least once.
+    pub lease_observed: bool,
+    /// The last API call (or watch) succeeded.
+    pub api_ok: bool,
+    /// Last time the loop ran an iteration.
+    pub loop_heartbeat: BootInstant,
+    /// Last successful renew (or acquire), when leading.
+    pub last_renew_ok: Option<BootInstant>,
+}
+
+/// Shared, cheaply cloned handle to the status.
+#[derive(Clone, Default)]
+pub struct SharedStatus(Arc<Mutex<Status>>);
+
+impl SharedStatus {
+    pub fn update(&self, f: impl FnOnce(&mut Status)) {
+        let mut guard = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard);
+    }
+
+    pub fn get(&self) -> Status {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// The body of `GET /leader`.
+#[derive(Debug, Serialize)]
+pub struct LeaderView {
+    pub holder: String,
+    pub identity: String,
+    pub epoch: u64,
+    pub is_leader: bool,
+    pub since: Option<String>,
+    pub grant_expires_at: Option<String>,
+    pub grant_expires_boottime_ns: u64,
+}
+
+impl Status {
+    pub fn is_leader_at(&self, now: BootInstant) -> bool {
+        self.grant_expiry.is_some_and(|e| now < e)
+    }
+
+    pub fn leader_view(&self, now: BootInstant) -> LeaderView {
+        let is_leader = self.is_leader_at(now);
+        LeaderView {
+            holder: self.holder.clone(),
+            identity: self.identity.clone(),
+            epoch: self.epoch,
+            is_leader,
+            since: self
+                .since
+                .map(|t| humantime::format_rfc3339_millis(t).to_string()),
+            grant_expires_at: self
+                .grant_expiry
+                .filter(|_| is_leader)
+                .map(clock::rfc3339_of),
+            grant_expires_boottime_ns: self
+                .grant_expiry
+                .filter(|_| is_leader)
+                .map_or(0, |e| e.as_nanos()),
+        }
+    }
+
+    /// `/healthz`: the loop is alive, and a leader is not stuck without renewing.
+    pub fn healthy(
+        &self,
+        now: BootInstant,
+        lease_duration: Duration,
+        retry_period: Duration,
+    ) -> Result<(), String> {
+        let quiet = now.saturating_since(self.loop_heartbeat);
+        // The loop wakes at least every retry period; a few missed beats mean it is wedged.
+        let allowed = (retry_period * 3).max(lease_duration);
+        if quiet > allowed {
+            return Err(format!(
+                "election loop silent for {quiet:?} (allowed {allowed:?})"
+            ));
+        }
+        if self.grant_expiry.is_some() {
+            if let Some(last) = self.last_renew_ok {
+                let since = now.saturating_since(last);
+                if since > lease_duration {
+                    return Err(format!(
+                        "holding the grant but no renew succeeded for {since:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `/readyz`: the Lease has been observed and the API answers.
+    pub fn ready(&self) -> Result<(), String> {
+        match (self.lease_observed, self.api_ok) {
+            (true, true) => Ok(()),
+            (false, _) => Err("the Lease has not been observed yet".into()),
+            (true, false) => Err("the last API call failed".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn healthz_fails_when_the_loop_is_wedged() {
+        let st = Status {
+            loop_heartbeat: BootInstant::from_nanos(0),
+            ..Status::default()
+        };
+        let (d, p) = (Duration::from_secs(15), Duration::from_secs(2));
+        assert!(st.healthy(BootInstant::from_nanos(10 * S), d, p).is_ok());
+        assert!(st.healthy(BootInstant::from_nanos(16 * S), d, p).is_err());
+    }
+
+    #[test]
+    fn healthz_fails_when_a_leader_has_not_renewed_for_a_lease_duration() {
+        let st = Status {
+            loop_heartbeat: BootInstant::from_nanos(20 * S),
+            grant_expiry: Some(BootInstant::from_nanos(25 * S)),
+            last_renew_ok: Some(BootInstant::from_nanos(4 * S)),
+            ..Status::default()
+        };
+        let err = st.healthy(
+            BootInstant::from_nanos(20 * S),
+            Duration::from_secs(15),
+            Duration::from_secs(2),
+        );
+        assert!(err.unwrap_err().contains("no renew"));
+    }
+
+    #[test]
+    fn readyz_needs_an_observation_and_a_working_api() {
+        let mut st = Status::default();
+        assert!(st.ready().is_err());
+        st.lease_observed = true;
+        assert!(st.ready().is_err());
+        st.api_ok = true;
+        assert!(st.ready().is_ok());
+    }
+}
