@@ -231,6 +231,8 @@ impl Elector {
             Observed::Absent => 0,
         };
         let leading = self.candidate.is_leader();
+        let before = self.status.get();
+        let changed = before.holder != holder || (!leading && before.epoch != transitions);
         self.status.update(|s| {
             s.holder = holder;
             if !leading {
@@ -239,6 +241,9 @@ impl Elector {
         });
         if let Some(t) = self.candidate.observe(now, observed) {
             self.apply(t, now);
+        } else if changed && !self.candidate.is_leader() && self.outputs_healthy {
+            // Followers' flag files name the current leader too, for humans and dashboards.
+            self.publish_follower();
         }
     }
 
