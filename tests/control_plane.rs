@@ -1,13 +1,15 @@
 //! Proves the harness itself against the real kube-apiserver: the elector identity's RBAC is
-//! exactly the Lease it is scoped to.
+//! exactly the Lease it is scoped to, and the fault proxy stalls, cuts and slows requests.
 
 mod support;
+
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 
-use support::{elector_lease_rules, rules_without, Cluster};
+use support::{client_from_kubeconfig, elector_lease_rules, rules_without, Cluster, FaultProxy};
 
 fn lease(name: &str, holder: &str) -> Lease {
     Lease {
@@ -91,4 +93,50 @@ async fn one_permission_less_is_refused() {
         .await
         .expect_err("update was taken away");
     assert!(is_forbidden(&err), "expected 403, got {err}");
+}
+
+#[tokio::test]
+async fn fault_proxy_stalls_cuts_and_slows_requests() {
+    let cluster = Cluster::shared();
+    let ns = cluster.new_namespace().await;
+    let proxy = FaultProxy::start(cluster.api_addr());
+    let via = proxy.kubeconfig_via(&ns.elector_kubeconfig);
+    let leases: Api<Lease> = Api::namespaced(client_from_kubeconfig(&via).await, &ns.name);
+    leases
+        .create(&PostParams::default(), &lease(&ns.lease_name, "pod-a"))
+        .await
+        .expect("pass: create through the proxy (TLS verified against the test CA)");
+
+    proxy.blackhole();
+    let stalled = tokio::time::timeout(Duration::from_secs(2), leases.get(&ns.lease_name)).await;
+    assert!(
+        stalled.is_err(),
+        "blackhole: request must hang, got {stalled:?}"
+    );
+
+    proxy.pass();
+    let healed = tokio::time::timeout(Duration::from_secs(10), leases.get(&ns.lease_name)).await;
+    assert!(
+        matches!(healed, Ok(Ok(_))),
+        "pass after blackhole: {healed:?}"
+    );
+
+    proxy.reset();
+    let cut = tokio::time::timeout(Duration::from_secs(5), leases.get(&ns.lease_name)).await;
+    assert!(
+        matches!(cut, Ok(Err(_))),
+        "reset: request must fail fast, got {cut:?}"
+    );
+
+    proxy.delay(Duration::from_millis(300));
+    let started = Instant::now();
+    let slow = tokio::time::timeout(Duration::from_secs(10), leases.get(&ns.lease_name)).await;
+    assert!(matches!(slow, Ok(Ok(_))), "delay: {slow:?}");
+    // At least one delayed chunk each way (a fresh connection after the reset pays more).
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "delay: answered in {:?}",
+        started.elapsed()
+    );
+    cluster.assert_alive();
 }

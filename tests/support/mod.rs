@@ -10,12 +10,14 @@
 
 pub mod cluster;
 pub mod process;
+pub mod proxy;
 pub mod rbac;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 pub use cluster::{client_from_kubeconfig, Cluster, TestNs};
+pub use proxy::{FaultMode, FaultProxy};
 pub use rbac::{elector_lease_rules, rules_without, DEFAULT_LEASE_NAME};
 
 /// Polls `cond` every `poll` until it holds (`true`) or `timeout` has passed (`false`). The
