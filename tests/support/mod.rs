@@ -9,6 +9,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
+pub mod elector;
 pub mod grants;
 pub mod process;
 pub mod proxy;
@@ -18,6 +19,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 pub use cluster::{client_from_kubeconfig, Cluster, TestNs};
+pub use elector::ElectorProcess;
 pub use grants::{GrantInterval, GrantRecorder, GrantTimeline, Seen};
 pub use proxy::{FaultMode, FaultProxy};
 pub use rbac::{elector_lease_rules, rules_without, DEFAULT_LEASE_NAME};

@@ -1,15 +1,21 @@
-//! The overlap oracle must catch what it exists to catch: these feed it synthetic looks (and,
-//! last, real flag files) with and without two simultaneous leaders.
+//! Tests of the harness itself. The overlap oracle must catch what it exists to catch: it is
+//! fed synthetic looks (and real flag files) with and without two simultaneous leaders. And
+//! `ElectorProcess` must capture, signal and reap by PID.
 
 mod support;
 
+use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
 
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Grant, Order};
 
-use support::{GrantRecorder, GrantTimeline, Seen};
+use support::{ElectorProcess, GrantRecorder, GrantTimeline, Seen};
 
 const GRACE: Duration = Duration::from_secs(3);
 
@@ -194,4 +200,61 @@ fn recorder_reports_a_garbled_flag_file() {
     std::thread::sleep(Duration::from_millis(50));
     recorder.stop();
     assert!(catch_unwind(AssertUnwindSafe(|| recorder.assert_no_overlap())).is_err());
+}
+
+// --- ElectorProcess: spawn, capture, signal and reap by PID ---
+
+#[test]
+fn elector_process_captures_output_and_exit_code() {
+    let mut version = ElectorProcess::spawn("version", &["--version"], &[]);
+    let status = version.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success(), "{}", version.logs());
+    assert!(
+        version.logs().contains("passmower-elector"),
+        "{}",
+        version.logs()
+    );
+
+    // A usage error is exit code 2 with the message on stderr.
+    let mut bad = ElectorProcess::spawn("bad", &["elect", "--no-such-flag"], &[]);
+    let status = bad.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(2), "{}", bad.logs());
+    assert!(bad.logs().contains("--no-such-flag"), "{}", bad.logs());
+}
+
+#[test]
+fn elector_process_environment_is_only_what_the_test_gives() {
+    let mut env = ElectorProcess::spawn_program(
+        "env",
+        Path::new("/usr/bin/env"),
+        &[],
+        &[("POD_NAME", OsStr::new("pod-a"))],
+    );
+    env.wait_exit(Duration::from_secs(10)).expect("exits");
+    let logs = env.logs();
+    assert!(logs.contains("POD_NAME=pod-a"), "{logs}");
+    assert!(!logs.contains("CARGO_MANIFEST_DIR"), "{logs}");
+}
+
+#[test]
+fn elector_process_is_signalled_by_pid_and_killed_on_drop() {
+    let mut p = ElectorProcess::spawn_program("sleeper", Path::new("sleep"), &["30"], &[]);
+    p.signal(Signal::SIGSTOP);
+    p.signal(Signal::SIGCONT);
+    assert!(p.wait_exit(Duration::from_millis(100)).is_none());
+    p.signal(Signal::SIGTERM);
+    let status = p
+        .wait_exit(Duration::from_secs(5))
+        .expect("SIGTERM ends sleep");
+    assert_eq!(status.signal(), Some(Signal::SIGTERM as i32));
+    // Signalling a reaped process is a no-op, never a recycled PID.
+    p.signal(Signal::SIGKILL);
+
+    let q = ElectorProcess::spawn_program("sleeper2", Path::new("sleep"), &["30"], &[]);
+    let pid = q.pid();
+    drop(q);
+    assert!(
+        nix::sys::signal::kill(pid, None).is_err(),
+        "process {pid} survived drop"
+    );
 }
