@@ -244,8 +244,9 @@ fn elector_token(n: usize) -> String {
 fn start() -> Result<Cluster, String> {
     let t0 = Instant::now();
     let bin = control_plane_dir()?;
+    sweep_stale_dirs();
     let tmp = tempfile::Builder::new()
-        .prefix("pme-cluster-")
+        .prefix(&format!("pme-cluster-{}-", std::process::id()))
         .tempdir()
         .map_err(|e| format!("tempdir: {e}"))?;
     let dir = tmp.keep();
@@ -332,6 +333,26 @@ fn start() -> Result<Cluster, String> {
         children: Mutex::new(children),
         started_in: t0.elapsed(),
     })
+}
+
+/// Removes the tempdirs of test binaries that were killed (SIGKILL skips the exit handler;
+/// PDEATHSIG still killed their etcd). A dir is stale when the PID in its name is gone.
+fn sweep_stale_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("pme-cluster-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// `PME_CONTROL_PLANE` if set, else whatever `scripts/build-test-cluster.sh` prints last
