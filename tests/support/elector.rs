@@ -149,6 +149,13 @@ impl ElectorProcess {
         }
     }
 
+    /// Where `--flag-file grant.json` lands: relative paths in the arguments resolve in
+    /// [`Self::dir`], the process's working directory. (A test that shares one flag file
+    /// between an elector and a supervisor, as a pod's emptyDir does, passes an absolute path.)
+    pub fn flag_file(&self) -> PathBuf {
+        self.dir.path().join("grant.json")
+    }
+
     /// stdout and stderr so far.
     pub fn logs(&self) -> String {
         let read = |f: &str| fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
