@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command: makes sure the real control plane (kube-apiserver + etcd, built from Go
+# modules and cached by version) is there, then runs every test target against it.
+#
+#   scripts/test.sh                                   # everything
+#   scripts/test.sh --test control_plane -- --nocapture
+#
+# Extra arguments go to `cargo test --all-targets`. Set PME_CONTROL_PLANE to a directory with
+# `kube-apiserver` and `etcd` to use those instead of building.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ -z "${PME_CONTROL_PLANE:-}" ]]; then
+  # The script logs to stderr and prints the binaries' directory as its last stdout line.
+  PME_CONTROL_PLANE="$(scripts/build-test-cluster.sh | tail -n 1)"
+fi
+for bin in kube-apiserver etcd; do
+  if [[ ! -x "$PME_CONTROL_PLANE/$bin" ]]; then
+    echo "test.sh: $PME_CONTROL_PLANE/$bin is missing (PME_CONTROL_PLANE)" >&2
+    exit 1
+  fi
+done
+command -v openssl >/dev/null || { echo "test.sh: openssl is required (test CA)" >&2; exit 1; }
+export PME_CONTROL_PLANE
+
+exec cargo test --all-targets "$@"

@@ -1,0 +1,142 @@
+//! Proves the harness itself against the real kube-apiserver: the elector identity's RBAC is
+//! exactly the Lease it is scoped to, and the fault proxy stalls, cuts and slows requests.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+
+use support::{client_from_kubeconfig, elector_lease_rules, rules_without, Cluster, FaultProxy};
+
+fn lease(name: &str, holder: &str) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_owned()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
+    }
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+#[tokio::test]
+async fn elector_identity_may_use_only_its_own_lease() {
+    let cluster = Cluster::shared();
+    eprintln!("control plane started in {:?}", cluster.started_in);
+    let ns = cluster.new_namespace().await;
+    let leases: Api<Lease> = Api::namespaced(ns.elector_client().await, &ns.name);
+    let pp = PostParams::default();
+
+    leases
+        .create(&pp, &lease(&ns.lease_name, "pod-a"))
+        .await
+        .expect("create own lease");
+    let mut got = leases.get(&ns.lease_name).await.expect("get own lease");
+    got.spec.as_mut().unwrap().holder_identity = Some("pod-b".into());
+    let updated = leases
+        .replace(&ns.lease_name, &pp, &got)
+        .await
+        .expect("update own lease");
+    assert_eq!(
+        updated.spec.unwrap().holder_identity.as_deref(),
+        Some("pod-b")
+    );
+    // The one way a name-restricted identity may list (and so watch): by field selector.
+    let listed = leases
+        .list(&ListParams::default().fields(&format!("metadata.name={}", ns.lease_name)))
+        .await
+        .expect("list own lease by field selector");
+    assert_eq!(listed.items.len(), 1);
+
+    let err = leases
+        .get("someone-elses-lease")
+        .await
+        .expect_err("another lease must be forbidden");
+    assert!(is_forbidden(&err), "expected 403, got {err}");
+    let err = leases
+        .list(&ListParams::default())
+        .await
+        .expect_err("unrestricted list must be forbidden");
+    assert!(is_forbidden(&err), "expected 403, got {err}");
+}
+
+#[tokio::test]
+async fn one_permission_less_is_refused() {
+    let cluster = Cluster::shared();
+    let lease_name = support::DEFAULT_LEASE_NAME;
+    let rules = rules_without(
+        &elector_lease_rules(lease_name),
+        "coordination.k8s.io",
+        "leases",
+        "update",
+    );
+    let ns = cluster.new_namespace_with(lease_name, &rules).await;
+    let leases: Api<Lease> = Api::namespaced(ns.elector_client().await, &ns.name);
+    let pp = PostParams::default();
+    leases
+        .create(&pp, &lease(lease_name, "pod-a"))
+        .await
+        .expect("create is still granted");
+    let got = leases.get(lease_name).await.expect("get is still granted");
+    let err = leases
+        .replace(lease_name, &pp, &got)
+        .await
+        .expect_err("update was taken away");
+    assert!(is_forbidden(&err), "expected 403, got {err}");
+}
+
+#[tokio::test]
+async fn fault_proxy_stalls_cuts_and_slows_requests() {
+    let cluster = Cluster::shared();
+    let ns = cluster.new_namespace().await;
+    let proxy = FaultProxy::start(cluster.api_addr());
+    let via = proxy.kubeconfig_via(&ns.elector_kubeconfig);
+    let leases: Api<Lease> = Api::namespaced(client_from_kubeconfig(&via).await, &ns.name);
+    leases
+        .create(&PostParams::default(), &lease(&ns.lease_name, "pod-a"))
+        .await
+        .expect("pass: create through the proxy (TLS verified against the test CA)");
+
+    proxy.blackhole();
+    let stalled = tokio::time::timeout(Duration::from_secs(2), leases.get(&ns.lease_name)).await;
+    assert!(
+        stalled.is_err(),
+        "blackhole: request must hang, got {stalled:?}"
+    );
+
+    proxy.pass();
+    let healed = tokio::time::timeout(Duration::from_secs(10), leases.get(&ns.lease_name)).await;
+    assert!(
+        matches!(healed, Ok(Ok(_))),
+        "pass after blackhole: {healed:?}"
+    );
+
+    proxy.reset();
+    let cut = tokio::time::timeout(Duration::from_secs(5), leases.get(&ns.lease_name)).await;
+    assert!(
+        matches!(cut, Ok(Err(_))),
+        "reset: request must fail fast, got {cut:?}"
+    );
+
+    proxy.delay(Duration::from_millis(300));
+    let started = Instant::now();
+    let slow = tokio::time::timeout(Duration::from_secs(10), leases.get(&ns.lease_name)).await;
+    assert!(matches!(slow, Ok(Ok(_))), "delay: {slow:?}");
+    // At least one delayed chunk each way (a fresh connection after the reset pays more).
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "delay: answered in {:?}",
+        started.elapsed()
+    );
+    cluster.assert_alive();
+}
