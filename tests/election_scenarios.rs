@@ -1,0 +1,604 @@
+//! The `elect` role against a real kube-apiserver: several candidate processes per scenario,
+//! with a recorder that reads every pod's flag file and asserts that no two grants (extended by
+//! the kill grace the consumer may still use) ever overlap.
+//!
+//! Timings are shortened (lease 4s, renew deadline 1.5s, retry 300ms, kill grace 1s) so the
+//! scenarios run in seconds; the safety rule R + K + 1s < D holds for them as for the defaults.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+use nix::sys::signal::Signal;
+use passmower_elector::clock::BootInstant;
+use passmower_elector::grant::{self, Grant, Mode};
+
+use support::{wait_until, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs};
+
+const LEASE_DURATION: Duration = Duration::from_secs(4);
+const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
+const KILL_GRACE: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(10);
+
+/// Several candidates ("pods") in one namespace, each with its own flag file.
+struct Pods {
+    ns: TestNs,
+    dir: tempfile::TempDir,
+    recorder: GrantRecorder,
+    pods: Vec<ElectorProcess>,
+}
+
+impl Pods {
+    async fn new() -> Pods {
+        let ns = Cluster::shared().new_namespace().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let recorder = GrantRecorder::start(KILL_GRACE, []);
+        Pods {
+            ns,
+            dir,
+            recorder,
+            pods: Vec::new(),
+        }
+    }
+
+    fn flag_file(&self, pod: &str) -> PathBuf {
+        self.dir.path().join(pod).join("grant.json")
+    }
+
+    /// Starts candidate `pod` (its POD_NAME), recorded from its first write.
+    fn start(&mut self, pod: &str) -> usize {
+        self.start_with(pod, &self.ns.elector_kubeconfig.clone(), &[])
+    }
+
+    fn start_with(&mut self, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> usize {
+        let flag = self.flag_file(pod);
+        std::fs::create_dir_all(flag.parent().expect("parent")).expect("pod dir");
+        let index = self.pods.len();
+        self.recorder.watch(&format!("{pod}#{index}"), flag.clone());
+        let flag = flag.to_string_lossy().into_owned();
+        let mut args = vec![
+            "--lease-name",
+            &self.ns.lease_name,
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "1500ms",
+            "--retry-period",
+            "300ms",
+            "--kill-grace",
+            "1s",
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--flag-file",
+            &flag,
+        ];
+        args.extend_from_slice(extra);
+        let process = ElectorProcess::elect_with_kubeconfig(pod, &self.ns, kubeconfig, &args);
+        self.pods.push(process);
+        index
+    }
+
+    fn grant(&self, index: usize) -> Option<Grant> {
+        let pod = self.pods[index].name().to_owned();
+        grant::read_file(&self.flag_file(&pod)).ok().flatten()
+    }
+
+    fn is_leader(&self, index: usize) -> bool {
+        self.grant(index)
+            .is_some_and(|g| g.effective_mode(BootInstant::now()) == Mode::Leader)
+    }
+
+    /// Index of the pod whose flag file holds a live leader grant, if exactly one does.
+    fn leader(&self) -> Option<usize> {
+        let leaders: Vec<usize> = (0..self.pods.len())
+            .filter(|&i| self.is_leader(i))
+            .collect();
+        match leaders.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
+    }
+
+    fn wait_for_leader(&self, timeout: Duration, other_than: Option<usize>) -> usize {
+        let mut found = None;
+        let ok = wait_until(timeout, POLL, || {
+            found = self.leader().filter(|&i| Some(i) != other_than);
+            found.is_some()
+        });
+        assert!(ok, "no leader within {timeout:?}\n{}", self.all_logs());
+        found.expect("checked")
+    }
+
+    /// When pod `index`'s first grant that began after `after` started, per the recorder
+    /// (which samples every few milliseconds, so it may need a moment to catch up).
+    fn grant_start(&self, index: usize, after: BootInstant) -> BootInstant {
+        let suffix = format!("#{index}");
+        let mut found = None;
+        wait_until(Duration::from_secs(2), POLL, || {
+            found = self
+                .recorder
+                .intervals()
+                .into_iter()
+                .filter(|i| i.pod.ends_with(&suffix) && i.start >= after)
+                .map(|i| i.start)
+                .min();
+            found.is_some()
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "the recorder saw no grant of pod {index}\n{:?}",
+                self.recorder.intervals()
+            )
+        })
+    }
+
+    fn all_logs(&self) -> String {
+        self.pods
+            .iter()
+            .map(ElectorProcess::logs)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    async fn leases(&self) -> Api<Lease> {
+        Api::namespaced(Cluster::shared().admin_client().await, &self.ns.name)
+    }
+
+    async fn lease(&self) -> Option<Lease> {
+        self.leases()
+            .await
+            .get_opt(&self.ns.lease_name)
+            .await
+            .expect("read lease")
+    }
+
+    fn finish(mut self) {
+        self.recorder.stop();
+        self.recorder.assert_no_overlap();
+    }
+}
+
+fn holder_of(lease: &Lease) -> String {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .unwrap_or_default()
+}
+
+async fn put_lease(
+    pods: &Pods,
+    holder: Option<&str>,
+    duration: Option<i32>,
+    transitions: Option<i32>,
+) {
+    let api = pods.leases().await;
+    let mut lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(pods.ns.lease_name.clone()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: holder.map(str::to_owned),
+            lease_duration_seconds: duration,
+            lease_transitions: transitions,
+            ..Default::default()
+        }),
+    };
+    match api.get_opt(&pods.ns.lease_name).await.expect("get") {
+        Some(existing) => {
+            lease.metadata.resource_version = existing.metadata.resource_version;
+            api.replace(&pods.ns.lease_name, &PostParams::default(), &lease)
+                .await
+                .expect("replace");
+        }
+        None => {
+            api.create(&PostParams::default(), &lease)
+                .await
+                .expect("create");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_lease_is_acquired_at_once_with_the_next_epoch() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), Some(6)).await;
+    let a = pods.start("pod-a");
+    let leader = pods.wait_for_leader(Duration::from_secs(20), None);
+    assert_eq!(leader, a);
+    let g = pods.grant(a).expect("grant");
+    assert_eq!(g.epoch, 7, "epoch is leaseTransitions after acquisition");
+    assert!(
+        g.holder.starts_with("pod-a_"),
+        "holder {} carries a per-process suffix",
+        g.holder
+    );
+    assert_eq!(g.lease, pods.ns.lease_ref());
+    let lease = pods.lease().await.expect("lease exists");
+    assert_eq!(holder_of(&lease), g.holder);
+    assert_eq!(lease.spec.and_then(|s| s.lease_duration_seconds), Some(4));
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_lease_is_created_only_after_one_lease_duration() {
+    let mut pods = Pods::new().await;
+    let started = BootInstant::now();
+    pods.start("pod-a");
+    pods.start("pod-b");
+    let leader = pods.wait_for_leader(Duration::from_secs(20), None);
+    let first = pods.grant_start(leader, started);
+    // The first grant cannot predate the lease duration: the Lease might have been deleted under
+    // a leader that is still running.
+    assert!(
+        first.saturating_since(started) + Duration::from_millis(50) >= LEASE_DURATION,
+        "leader after {:?}",
+        first.saturating_since(started)
+    );
+    let lease = pods.lease().await.expect("created");
+    assert_eq!(holder_of(&lease), pods.grant(leader).expect("grant").holder);
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_takes_over_at_once_after_a_graceful_release() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    for pod in ["pod-a", "pod-b", "pod-c"] {
+        pods.start(pod);
+    }
+    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    pods.pods[first].signal(Signal::SIGTERM);
+    // No consumer acknowledges here, so the release comes kill grace after the demotion; a
+    // watcher takes it at once rather than after a lease duration.
+    let next = pods.wait_for_leader(KILL_GRACE + LEASE_DURATION, Some(first));
+    let handover = t0.elapsed();
+    let status = pods.pods[first]
+        .wait_exit(Duration::from_secs(10))
+        .expect("old leader exits");
+    assert!(status.success(), "graceful exit code: {status:?}");
+    assert_ne!(next, first);
+    assert!(
+        handover < KILL_GRACE + LEASE_DURATION,
+        "took {handover:?}: followers must act on the release, not on expiry"
+    );
+    eprintln!("handover after SIGTERM (kill grace {KILL_GRACE:?}, no consumer): {handover:?}");
+    assert!(pods.pods[first].logs().contains("released the Lease"));
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_leader_is_replaced_only_after_the_lease_duration() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    for pod in ["pod-a", "pod-b", "pod-c"] {
+        pods.start(pod);
+    }
+    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    std::thread::sleep(Duration::from_millis(700));
+    let killed_at = BootInstant::now();
+    pods.pods[first].signal(Signal::SIGKILL);
+    let next = pods.wait_for_leader(Duration::from_secs(20), Some(first));
+    let next_grant = pods.grant_start(next, killed_at);
+    // The last renew before the kill happened before `killed_at`, so nobody may lead sooner
+    // than one lease duration after it (minus the recorder's sampling slack).
+    assert!(
+        next_grant
+            .saturating_add(Duration::from_millis(400))
+            .saturating_since(killed_at)
+            >= LEASE_DURATION,
+        "takeover {:?} after SIGKILL",
+        next_grant.saturating_since(killed_at)
+    );
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_from_the_api_lets_its_grant_lapse_before_anyone_else_leads() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let proxy = FaultProxy::start(Cluster::shared().api_addr());
+    let via_proxy = proxy.kubeconfig_via(&pods.ns.elector_kubeconfig);
+    let a = pods.start_with("pod-a", &via_proxy, &[]);
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    pods.start("pod-b");
+    pods.start("pod-c");
+    std::thread::sleep(Duration::from_millis(500));
+    let cut_at = BootInstant::now();
+    proxy.blackhole();
+    // The partitioned leader's own flag file must say follower once its grant has lapsed.
+    let demoted = wait_until(RENEW_DEADLINE + Duration::from_secs(5), POLL, || {
+        pods.grant(a).is_some_and(|g| g.mode == Mode::Follower)
+    });
+    assert!(
+        demoted,
+        "partitioned leader did not demote\n{}",
+        pods.pods[a].logs()
+    );
+    let demoted_after = BootInstant::now().saturating_since(cut_at);
+    let next = pods.wait_for_leader(Duration::from_secs(20), Some(a));
+    assert_ne!(next, a);
+    eprintln!("partitioned leader demoted {demoted_after:?} after the cut");
+    proxy.pass();
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_leader_demotes_on_resume_without_any_overlap() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    for pod in ["pod-a", "pod-b"] {
+        pods.start(pod);
+    }
+    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    std::thread::sleep(Duration::from_millis(500));
+    pods.pods[first].signal(Signal::SIGSTOP);
+    let next = pods.wait_for_leader(Duration::from_secs(20), Some(first));
+    std::thread::sleep(Duration::from_millis(1500));
+    pods.pods[first].signal(Signal::SIGCONT);
+    // After resuming, the old leader sees its lapsed grant and says follower; it never claims
+    // leadership again while the other pod leads.
+    let follower = wait_until(Duration::from_secs(5), POLL, || {
+        pods.grant(first).is_some_and(|g| g.mode == Mode::Follower)
+    });
+    assert!(
+        follower,
+        "resumed leader did not write follower\n{}",
+        pods.pods[first].logs()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(pods.is_leader(next), "the new leader keeps the Lease");
+    assert!(!pods.is_leader(first));
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stolen_lease_demotes_the_leader_and_the_thief_record_ages_a_full_duration() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), Some(0)).await;
+    for pod in ["pod-a", "pod-b"] {
+        pods.start(pod);
+    }
+    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let stolen_at = BootInstant::now();
+    put_lease(&pods, Some("intruder"), Some(4), Some(9)).await;
+    let demoted = wait_until(Duration::from_secs(5), POLL, || {
+        pods.grant(first).is_some_and(|g| g.mode == Mode::Follower)
+    });
+    assert!(
+        demoted,
+        "leader kept its grant after the steal\n{}",
+        pods.all_logs()
+    );
+    let next = pods.wait_for_leader(Duration::from_secs(20), None);
+    let start = pods.grant_start(next, stolen_at);
+    assert!(
+        start
+            .saturating_add(Duration::from_millis(100))
+            .saturating_since(stolen_at)
+            >= LEASE_DURATION,
+        "the intruder's record was taken after {:?}",
+        start.saturating_since(stolen_at)
+    );
+    assert_eq!(pods.grant(next).expect("grant").epoch, 10);
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_lease_is_recreated_by_its_leader_and_followers_do_not_jump_in() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    for pod in ["pod-a", "pod-b", "pod-c"] {
+        pods.start(pod);
+    }
+    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let holder = pods.grant(first).expect("grant").holder;
+    pods.leases()
+        .await
+        .delete(&pods.ns.lease_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let recreated = wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+        futures_lite_block(async { pods.lease().await.map(|l| holder_of(&l)) })
+            == Some(holder.clone())
+    });
+    assert!(
+        recreated,
+        "the leader did not recreate the Lease\n{}",
+        pods.all_logs()
+    );
+    std::thread::sleep(LEASE_DURATION);
+    assert_eq!(
+        pods.leader(),
+        Some(first),
+        "leadership stayed with the recreating leader"
+    );
+    pods.finish();
+}
+
+/// The apiserver refuses zero or negative durations and negative transitions (those are covered
+/// by the record parser's unit tests); what it does store is a Lease with fields missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_with_missing_fields_is_tolerated() {
+    // No holder, no duration, no transitions: released.
+    let mut pods = Pods::new().await;
+    put_lease(&pods, None, None, None).await;
+    let a = pods.start("pod-a");
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(10), None), a);
+    assert_eq!(
+        pods.grant(a).expect("grant").epoch,
+        1,
+        "missing transitions read as 0"
+    );
+    pods.finish();
+
+    // A holder but no duration: wait our own lease duration.
+    let mut pods = Pods::new().await;
+    let put_at = BootInstant::now();
+    put_lease(&pods, Some("ghost"), None, None).await;
+    let a = pods.start("pod-a");
+    pods.wait_for_leader(Duration::from_secs(20), None);
+    let start = pods.grant_start(a, put_at);
+    assert!(
+        start
+            .saturating_add(Duration::from_millis(100))
+            .saturating_since(put_at)
+            >= LEASE_DURATION
+    );
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_the_same_pod_name_never_both_lead() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let a = pods.start("twin");
+    // Same POD_NAME, separate flag file (as after a container restart beside a stale process).
+    let flag = pods.dir.path().join("twin-2").join("grant.json");
+    std::fs::create_dir_all(flag.parent().expect("parent")).expect("dir");
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let kubeconfig = pods.ns.elector_kubeconfig.clone();
+    pods.recorder.watch("twin#second", flag.clone());
+    let second = ElectorProcess::elect_with_kubeconfig(
+        "twin",
+        &pods.ns,
+        &kubeconfig,
+        &[
+            "--lease-name",
+            &pods.ns.lease_name,
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "1500ms",
+            "--retry-period",
+            "300ms",
+            "--kill-grace",
+            "1s",
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--flag-file",
+            &flag_arg,
+        ],
+    );
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    std::thread::sleep(Duration::from_secs(2));
+    let twin = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("second process wrote its flag file");
+    assert_eq!(twin.mode, Mode::Follower);
+    // Both run as POD_NAME "twin", yet their holder identities differ.
+    let identity = |logs: String| {
+        logs.split_whitespace()
+            .find_map(|w| w.strip_prefix("identity=").map(str::to_owned))
+            .expect("identity logged")
+    };
+    let leader_id = pods.grant(a).expect("grant").holder;
+    assert_eq!(identity(pods.pods[a].logs()), leader_id);
+    assert_ne!(identity(second.logs()), leader_id);
+    drop(second);
+    pods.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_update_permission_nobody_ever_leads() {
+    let cluster = Cluster::shared();
+    let rules = support::rules_without(
+        &support::elector_lease_rules(support::DEFAULT_LEASE_NAME),
+        "coordination.k8s.io",
+        "leases",
+        "update",
+    );
+    let ns = cluster
+        .new_namespace_with(support::DEFAULT_LEASE_NAME, &rules)
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flag = dir.path().join("grant.json");
+    let admin: Api<Lease> = Api::namespaced(cluster.admin_client().await, &ns.name);
+    let released = Lease {
+        metadata: ObjectMeta {
+            name: Some(ns.lease_name.clone()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(String::new()),
+            ..Default::default()
+        }),
+    };
+    admin
+        .create(&PostParams::default(), &released)
+        .await
+        .expect("create");
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let elector = ElectorProcess::elect(
+        "pod-a",
+        &ns,
+        &[
+            "--lease-name",
+            &ns.lease_name,
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--flag-file",
+            &flag_arg,
+            "--retry-period",
+            "300ms",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let g = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("follower flag file");
+    assert_eq!(g.mode, Mode::Follower, "{}", elector.logs());
+}
+
+#[test]
+fn unsafe_or_malformed_flags_exit_2_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--lease-duration", "10s"], "--lease-duration"),
+        (&["--retry-period", "10s"], "--retry-period"),
+        (&["--kill-grace", "0s"], "--kill-grace"),
+        (&["--renew-deadline", "soon"], "--renew-deadline"),
+        (
+            &["--toggle-url", "http://192.0.2.1:8082/grant"],
+            "--toggle-url",
+        ),
+        (&["--lease-name", "Not_A_Name"], "--lease-name"),
+        (
+            &["--flag-file", "/nonexistent-dir/grant.json"],
+            "--flag-file",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flag_file = dir.path().join("grant.json").to_string_lossy().into_owned();
+    for (extra, flag) in cases {
+        let mut args = vec!["elect", "--namespace", "ns", "--identity", "pod"];
+        if !extra.contains(&"--flag-file") {
+            args.extend_from_slice(&["--flag-file", &flag_file]);
+        }
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run binary");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains(flag),
+            "{extra:?}: message must name {flag}: {stderr}"
+        );
+    }
+}
+
+/// Runs a future to completion from synchronous polling code (the harness's `wait_until`).
+fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
