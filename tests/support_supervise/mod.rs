@@ -185,8 +185,13 @@ impl Supervisor {
     /// Starts `supervise` with the sandbox's flag file, a free loopback port, `flags`, then
     /// `-- command`. Waits (bounded) until the toggle listens.
     pub fn start(sb: &Sandbox, flags: &[&str], command: &[&str]) -> Self {
+        Self::start_bin(BIN, sb, flags, command)
+    }
+
+    /// Like [`Supervisor::start`] with another build of the binary (the benchmark's release build).
+    pub fn start_bin(bin: &str, sb: &Sandbox, flags: &[&str], command: &[&str]) -> Self {
         let flag = sb.flag_file();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin);
         cmd.arg("supervise")
             .arg("--flag-file")
             .arg(&flag)
