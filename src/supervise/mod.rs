@@ -4,6 +4,22 @@
 //! pushes to its loopback toggle), obeys only objects newer than the last one obeyed, demotes on
 //! its own when a leader grant lapses, and acks an object only once it has fully taken effect: for
 //! a demotion, once the old child and its whole process group are gone.
+//!
+//! What an operator can rely on, and where it stops:
+//! - The ack file (`<flag-file>.ack`) holds the last object obeyed with the mode actually in
+//!   effect: a leader grant that lapsed is acked as `follower` with its order, and `stopped`
+//!   (with the last order) is written once the child's group is gone at exit.
+//! - A flag file that disappears or turns unreadable after start demotes (fail closed) until a
+//!   newer object arrives; the elector renews often enough for that to be short.
+//! - A push that was obeyed but overtaken before it took effect (a newer object changed the mode,
+//!   or the grant lapsed) gets 409 `superseded`; retries of the last object get 200.
+//! - "Gone" means no process left in the child's process group. A process that moves itself to
+//!   another group or session (`setsid` in a grandchild) escapes the stop; apps that daemonize
+//!   that way need `--on-follower=stop` and their own cleanup.
+//! - With `--on-change=signal:SIG`, the ack means the signal was delivered, not that the app has
+//!   finished switching; the app keeps the environment it started with.
+//! - The child runs in its own process group, so it is not the terminal's foreground group; this
+//!   is meant for containers, where there is no terminal.
 
 mod child;
 mod follow;
