@@ -23,6 +23,8 @@ pub struct Cli {
     pub role: Role,
 }
 
+// Parsed once per process, so the size of the largest variant costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Role {
     /// Hold or contend for the Lease; grant operator mode to this pod while it is held.

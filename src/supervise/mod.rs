@@ -1,15 +1,305 @@
 //! `supervise`: PID 1 of the app container; runs the app in leader or follower mode per the grant.
+//!
+//! The supervisor follows the grant on both channels the elector keeps in step (the flag file and
+//! pushes to its loopback toggle), obeys only objects newer than the last one obeyed, demotes on
+//! its own when a leader grant lapses, and acks an object only once it has fully taken effect: for
+//! a demotion, once the old child and its whole process group are gone.
+//!
+//! What an operator can rely on, and where it stops:
+//! - The ack file (`<flag-file>.ack`) holds the last object obeyed with the mode actually in
+//!   effect: a leader grant that lapsed is acked as `follower` with its order, and `stopped`
+//!   (with the last order) is written once the child's group is gone at exit.
+//! - A flag file that disappears or turns unreadable after start demotes (fail closed) until a
+//!   newer object arrives; the elector renews often enough for that to be short.
+//! - A push that was obeyed but overtaken before it took effect (a newer object changed the mode,
+//!   or the grant lapsed) gets 409 `superseded`; retries of the last object get 200.
+//! - "Gone" means no process left in the child's process group. A process that moves itself to
+//!   another group or session (`setsid` in a grandchild) escapes the stop; apps that daemonize
+//!   that way need `--on-follower=stop` and their own cleanup.
+//! - With `--on-change=signal:SIG`, the ack means the signal was delivered, not that the app has
+//!   finished switching; the app keeps the environment it started with.
+//! - The child runs in its own process group, so it is not the terminal's foreground group; this
+//!   is meant for containers, where there is no terminal.
 
+mod child;
+mod follow;
+pub mod mode;
+mod supervisor;
+mod toggle;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{parse_key_value, parse_positive_duration, ConfigError};
+use crate::grant;
+use mode::{Backoff, OnChange, OnFollower};
+use supervisor::{Settings, Supervisor};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Modes: the app is started with the supervisor's environment plus --follower-env (and \
+--follower-args appended to the command) until a leader grant arrives, then restarted with \
+--leader-env / --leader-args. A renewal (same mode, newer seq) only moves the expiry; it never \
+restarts the app. When the leader grant expires without renewal the app is demoted at once.\n\n\
+Pushes: POST the grant object to http://LISTEN/ ; 200 means it has fully taken effect (for a \
+demotion: the old process group is gone), 409 means it was older than the last object obeyed. \
+GET /mode reports the current state as JSON.\n\n\
+Example (retrofit Passmower): supervise --leader-env NAMESPACE_SELECTOR=passmower \
+--follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/index.js")]
 pub struct SuperviseArgs {
+    /// Flag file written by the elector on the shared volume; watched with inotify and re-read
+    /// periodically. Missing or malformed means follower. The ack is kept in `<flag-file>.ack`.
+    #[arg(
+        long,
+        env = "ELECTOR_FLAG_FILE",
+        value_name = "PATH",
+        default_value = "/var/run/passmower-elector/grant.json"
+    )]
+    pub flag_file: PathBuf,
+
+    /// Loopback address for the toggle (POST a grant object, GET /mode). Must be a loopback IP.
+    #[arg(
+        long,
+        env = "ELECTOR_LISTEN",
+        value_name = "IP:PORT",
+        default_value = "127.0.0.1:8082"
+    )]
+    pub listen: String,
+
+    /// Environment variable set for the app in leader mode; repeatable. In ELECTOR_LEADER_ENV,
+    /// separate several pairs with newlines.
+    #[arg(long, env = "ELECTOR_LEADER_ENV", value_name = "KEY=VALUE",
+        value_parser = parse_key_value, value_delimiter = '\n')]
+    pub leader_env: Vec<(String, String)>,
+
+    /// Environment variable set for the app in follower mode; repeatable. In ELECTOR_FOLLOWER_ENV,
+    /// separate several pairs with newlines.
+    #[arg(long, env = "ELECTOR_FOLLOWER_ENV", value_name = "KEY=VALUE",
+        value_parser = parse_key_value, value_delimiter = '\n')]
+    pub follower_env: Vec<(String, String)>,
+
+    /// Argument appended to the command in leader mode; repeatable (one argument each).
+    #[arg(
+        long,
+        env = "ELECTOR_LEADER_ARGS",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        value_delimiter = '\n'
+    )]
+    pub leader_args: Vec<String>,
+
+    /// Argument appended to the command in follower mode; repeatable (one argument each).
+    #[arg(
+        long,
+        env = "ELECTOR_FOLLOWER_ARGS",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        value_delimiter = '\n'
+    )]
+    pub follower_args: Vec<String>,
+
+    /// Time the app's process group gets between SIGTERM and SIGKILL, on a mode change and at
+    /// shutdown.
+    #[arg(long, env = "ELECTOR_KILL_GRACE", value_name = "DURATION",
+        default_value = "3s", value_parser = parse_positive_duration)]
+    pub kill_grace: Duration,
+
+    /// What runs while follower: `run` the app with the follower environment, or `stop` (nothing).
+    #[arg(long, env = "ELECTOR_ON_FOLLOWER", value_enum, default_value = "run")]
+    pub on_follower: OnFollower,
+
+    /// How the app learns of a mode change: `restart` it with the new environment, or
+    /// `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps that toggle live. With a signal the app
+    /// keeps the environment it was started with; it must read its mode elsewhere (the flag
+    /// file, GET /mode). A crashed app is restarted with the current mode's environment.
+    #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|signal:SIGNAME",
+        default_value = "restart", value_parser = mode::parse_on_change)]
+    pub on_change: OnChange,
+
+    /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
+    #[arg(long, env = "ELECTOR_RESTART_BACKOFF_INITIAL", value_name = "DURATION",
+        default_value = "200ms", value_parser = parse_positive_duration)]
+    pub restart_backoff_initial: Duration,
+
+    /// Cap on the restart delay.
+    #[arg(long, env = "ELECTOR_RESTART_BACKOFF_MAX", value_name = "DURATION",
+        default_value = "30s", value_parser = parse_positive_duration)]
+    pub restart_backoff_max: Duration,
+
+    /// An app that ran this long counts as stable: its next exit restarts after the initial delay.
+    #[arg(long, env = "ELECTOR_RESTART_BACKOFF_RESET", value_name = "DURATION",
+        default_value = "10s", value_parser = parse_positive_duration)]
+    pub restart_backoff_reset: Duration,
+
+    /// How often the flag file is re-read even without an inotify event.
+    #[arg(long, env = "ELECTOR_REREAD_INTERVAL", value_name = "DURATION",
+        default_value = "1s", value_parser = parse_positive_duration)]
+    pub reread_interval: Duration,
+
+    /// Exit with the app's status when it exits on its own, instead of restarting it.
+    #[arg(long, env = "ELECTOR_EXIT_WITH_CHILD")]
+    pub exit_with_child: bool,
+
     /// The app command and its arguments, after `--`.
-    #[arg(last = true)]
+    #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
-pub fn main(_args: SuperviseArgs) -> ExitCode {
-    eprintln!("passmower-elector supervise: not implemented yet");
-    ExitCode::FAILURE
+/// Everything checked before any child starts; an error here exits 2.
+struct Prepared {
+    settings: Settings,
+    flag_file: PathBuf,
+    reread: Duration,
+    listener: TcpListener,
+}
+
+fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
+    if args.command.is_empty() {
+        return Err(ConfigError::new(
+            "-- CMD",
+            "",
+            "missing command; usage: passmower-elector supervise [flags] -- CMD [ARGS...]",
+        ));
+    }
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        ConfigError::new(
+            "--listen",
+            &args.listen,
+            "expected a loopback IP:PORT such as 127.0.0.1:8082 or [::1]:8082",
+        )
+    })?;
+    if !addr.ip().is_loopback() {
+        return Err(ConfigError::new(
+            "--listen",
+            &args.listen,
+            "the toggle must listen on loopback only (127.0.0.0/8 or ::1), e.g. 127.0.0.1:8082",
+        ));
+    }
+    check_flag_file(&args.flag_file)?;
+    if args.restart_backoff_max < args.restart_backoff_initial {
+        return Err(ConfigError::new(
+            "--restart-backoff-max",
+            crate::config::human(args.restart_backoff_max),
+            format!(
+                "must be at least --restart-backoff-initial ({})",
+                crate::config::human(args.restart_backoff_initial)
+            ),
+        ));
+    }
+    let listener = TcpListener::bind(addr).and_then(|l| {
+        l.set_nonblocking(true)?;
+        Ok(l)
+    });
+    let listener = listener.map_err(|e| {
+        ConfigError::new(
+            "--listen",
+            &args.listen,
+            format!("cannot listen there: {e}; choose a free loopback port"),
+        )
+    })?;
+    Ok(Prepared {
+        settings: Settings {
+            command: args.command,
+            leader_env: args.leader_env,
+            follower_env: args.follower_env,
+            leader_args: args.leader_args,
+            follower_args: args.follower_args,
+            kill_grace: args.kill_grace,
+            on_follower: args.on_follower,
+            on_change: args.on_change,
+            ack_file: grant::ack_path(&args.flag_file),
+            exit_with_child: args.exit_with_child,
+            backoff: Backoff::new(
+                args.restart_backoff_initial,
+                args.restart_backoff_max,
+                args.restart_backoff_reset,
+            ),
+        },
+        flag_file: args.flag_file,
+        reread: args.reread_interval,
+        listener,
+    })
+}
+
+/// The flag file may not exist yet, but its directory must: that is where inotify watches and
+/// where the ack file goes.
+fn check_flag_file(path: &Path) -> Result<(), ConfigError> {
+    let shown = path.display().to_string();
+    if path.file_name().is_none() {
+        return Err(ConfigError::new(
+            "--flag-file",
+            shown,
+            "expected a file path such as /var/run/passmower-elector/grant.json",
+        ));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(ConfigError::new(
+            "--flag-file",
+            shown,
+            format!(
+                "directory {} does not exist; it must be the volume shared with the elector",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn main(args: SuperviseArgs) -> ExitCode {
+    let prepared = match prepare(args) {
+        Ok(p) => p,
+        Err(e) => return e.report(),
+    };
+    // One thread: the loop is I/O-bound and tiny, and a single thread keeps the RSS small and
+    // makes `waitpid(-1)` the only reaper without locking.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("passmower-elector supervise: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    ExitCode::from(runtime.block_on(run(prepared)))
+}
+
+async fn run(p: Prepared) -> u8 {
+    child::become_subreaper();
+    // Handlers go in before the first child exists, so no SIGCHLD or forwarded signal is lost.
+    let signals = match signal_hook_tokio::Signals::new(supervisor::SIGNALS) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("passmower-elector supervise: cannot install signal handlers: {e}");
+            return 1;
+        }
+    };
+    let listener = match tokio::net::TcpListener::from_std(p.listener) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("passmower-elector supervise: cannot use the toggle listener: {e}");
+            return 1;
+        }
+    };
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "toggle listening");
+    }
+    let initial = follow::Reading::take(&p.flag_file);
+    let (status_tx, status_rx) = watch::channel(toggle::Status::default());
+    let (push_tx, push_rx) = mpsc::channel(16);
+    let (obs_tx, obs_rx) = mpsc::unbounded_channel();
+    let supervisor = Supervisor::new(p.settings, initial.observation(), status_tx);
+    tokio::spawn(toggle::serve(listener, push_tx, status_rx));
+    tokio::spawn(follow::follow(p.flag_file, p.reread, initial, obs_tx));
+    supervisor.run(signals, obs_rx, push_rx).await
 }

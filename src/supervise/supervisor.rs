@@ -1,0 +1,584 @@
+//! The supervisor's event loop: one task owns the child and the last obeyed object, and turns
+//! signals, flag-file readings, pushes and deadlines into starts, stops and acks.
+//!
+//! Everything that changes the child happens here, in order, so there is never a second writer
+//! to reason about. A stop is a state, not an `await`: while the old group dies the loop keeps
+//! reaping, forwarding signals, answering `GET /mode` and queueing pushes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use signal_hook::consts::signal::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook_tokio::Signals;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::child::{self, Exit};
+use super::follow::Observation;
+use super::mode::{self, Backoff, OnChange, OnFollower, Step, Verdict};
+use super::toggle::{Push, Reply, Status};
+use crate::clock::{self, BootInstant};
+use crate::grant::{self, Grant, Mode, Order};
+
+/// Signals the supervisor handles; all but SIGCHLD are forwarded to the child.
+pub const SIGNALS: [i32; 7] = [SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2];
+
+/// How often a stop checks whether the old process group is gone. Short, because the restart
+/// path waits on it; SIGCHLD usually finishes the stop before the first tick.
+const STOP_POLL: Duration = Duration::from_millis(5);
+
+/// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The app command and its arguments.
+    pub command: Vec<String>,
+    /// Environment overrides in leader mode.
+    pub leader_env: Vec<(String, String)>,
+    /// Environment overrides in follower mode.
+    pub follower_env: Vec<(String, String)>,
+    /// Arguments appended to the command in leader mode.
+    pub leader_args: Vec<String>,
+    /// Arguments appended to the command in follower mode.
+    pub follower_args: Vec<String>,
+    /// Time between SIGTERM and SIGKILL to the group.
+    pub kill_grace: Duration,
+    pub on_follower: OnFollower,
+    pub on_change: OnChange,
+    /// The flag file's `.ack` companion.
+    pub ack_file: PathBuf,
+    /// Exit with the child's status when it exits on its own, instead of restarting it.
+    pub exit_with_child: bool,
+    pub backoff: Backoff,
+}
+
+/// The child's state.
+#[derive(Debug)]
+enum ChildState {
+    /// Nothing runs (follower with `--on-follower=stop`, or waiting out a restart backoff).
+    Idle,
+    Running(Running),
+    /// The old process group is being stopped; nothing new starts until it is gone.
+    Stopping(Stopping),
+}
+
+#[derive(Debug)]
+struct Running {
+    pid: Pid,
+    mode: Mode,
+    started: BootInstant,
+}
+
+#[derive(Debug)]
+struct Stopping {
+    /// The group (= the main child's PID).
+    pgid: Pid,
+    /// Whether the main child is still unreaped.
+    main_alive: bool,
+    /// Whether SIGTERM has gone to the whole group.
+    group_termed: bool,
+    /// When SIGKILL goes to the whole group.
+    kill_at: BootInstant,
+    killed: bool,
+    /// How the main child ended, once reaped.
+    exit: Option<Exit>,
+}
+
+/// An answer owed to a push; given once the loop has settled.
+#[derive(Debug)]
+struct Pending {
+    /// The mode the object asked for when it arrived (an expired leader grant asks for follower).
+    requested: Mode,
+    order: Order,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// Why the supervisor is exiting.
+#[derive(Debug, Default)]
+struct Shutdown {
+    /// The code to exit with, once known.
+    exit_code: Option<u8>,
+}
+
+#[must_use = "the supervisor does nothing until `run` is awaited"]
+pub struct Supervisor {
+    settings: Settings,
+    obeyed: Option<Grant>,
+    /// The flag file went missing or unreadable after the last object: follower until a newer one.
+    demoted_locally: bool,
+    child: ChildState,
+    /// A crashed child's mode and the time before which it must not be restarted.
+    crash_hold: Option<(Mode, BootInstant)>,
+    restarts: u64,
+    pending: Vec<Pending>,
+    shutdown: Option<Shutdown>,
+    last_ack: Option<Grant>,
+    status: watch::Sender<Status>,
+}
+
+impl Supervisor {
+    /// A supervisor starting from `initial`, the flag file as read at start-up.
+    pub fn new(settings: Settings, initial: Observation, status: watch::Sender<Status>) -> Self {
+        let obeyed = match initial {
+            Observation::Valid(g) => Some(g),
+            Observation::Absent => None,
+            Observation::Invalid(reason) => {
+                tracing::warn!(%reason, "flag file is not a grant object; starting as follower");
+                None
+            }
+        };
+        Supervisor {
+            settings,
+            obeyed,
+            demoted_locally: false,
+            child: ChildState::Idle,
+            crash_hold: None,
+            restarts: 0,
+            pending: Vec::new(),
+            shutdown: None,
+            last_ack: None,
+            status,
+        }
+    }
+
+    /// Runs until a shutdown signal (or, with `--exit-with-child`, the child's own exit) has
+    /// stopped the child's whole group; returns the exit code for the process.
+    pub async fn run(
+        mut self,
+        mut signals: Signals,
+        mut observations: mpsc::UnboundedReceiver<Observation>,
+        mut pushes: mpsc::Receiver<Push>,
+    ) -> u8 {
+        let now = BootInstant::now();
+        tracing::info!(
+            mode = %self.target(now),
+            "supervisor starting ({})",
+            match &self.obeyed {
+                Some(g) => format!("flag file: {} incarnation={} seq={}", g.mode, g.incarnation, g.seq),
+                None => "no valid flag file".to_owned(),
+            }
+        );
+        self.reconcile();
+        loop {
+            if let Some(code) = self.finished() {
+                return code;
+            }
+            self.publish();
+            let leader_until = self.leader_deadline();
+            let restart_at = match (&self.child, self.crash_hold) {
+                (ChildState::Idle, Some((_, at))) => Some(at),
+                _ => None,
+            };
+            let stopping = matches!(self.child, ChildState::Stopping(_));
+            tokio::select! {
+                Some(sig) = signals.next() => self.on_signal(sig),
+                Some(obs) = observations.recv() => self.on_file(obs),
+                Some(push) = pushes.recv() => self.on_push(push),
+                _ = sleep_until(leader_until) => {
+                    tracing::warn!("leader grant expired without renewal; demoting");
+                    self.reconcile();
+                }
+                _ = sleep_until(restart_at) => self.reconcile(),
+                _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
+            }
+        }
+    }
+
+    /// The mode the supervisor must be in now (ignoring shutdown).
+    fn target(&self, now: BootInstant) -> Mode {
+        mode::target_mode(self.obeyed.as_ref(), self.demoted_locally, now)
+    }
+
+    /// The mode in effect for acks and `GET /mode`.
+    fn in_effect(&self, now: BootInstant) -> Mode {
+        if self.shutdown.is_some() {
+            Mode::Stopped
+        } else {
+            self.target(now)
+        }
+    }
+
+    /// The expiry to demote at while leader; the dead man's switch.
+    fn leader_deadline(&self) -> Option<BootInstant> {
+        let now = BootInstant::now();
+        match (&self.obeyed, self.in_effect(now)) {
+            (Some(g), Mode::Leader) => Some(g.expiry()),
+            _ => None,
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        if sig == SIGCHLD {
+            self.reap();
+            return;
+        }
+        let Ok(signal) = Signal::try_from(sig) else {
+            return;
+        };
+        if let Some(pid) = self.main_pid() {
+            child::signal(pid, signal);
+        }
+        if matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
+            && self.shutdown.is_none()
+        {
+            tracing::info!(signal = %signal, "shutting down: signal forwarded to the child");
+            self.shutdown = Some(Shutdown::default());
+            match std::mem::replace(&mut self.child, ChildState::Idle) {
+                ChildState::Running(r) => {
+                    // The signal went to the child alone, as an app expects; the rest of its
+                    // group gets SIGTERM once it exits, and everything SIGKILL after the grace.
+                    self.child = ChildState::Stopping(Stopping {
+                        pgid: r.pid,
+                        main_alive: true,
+                        group_termed: false,
+                        kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
+                        killed: false,
+                        exit: None,
+                    });
+                }
+                other => self.child = other,
+            }
+            self.crash_hold = None;
+            self.reconcile();
+        }
+    }
+
+    fn main_pid(&self) -> Option<Pid> {
+        match &self.child {
+            ChildState::Running(r) => Some(r.pid),
+            ChildState::Stopping(s) if s.main_alive => Some(s.pgid),
+            _ => None,
+        }
+    }
+
+    fn reap(&mut self) {
+        for (pid, exit) in child::reap_all() {
+            if Some(pid) == self.main_pid() {
+                self.on_main_exit(exit);
+            } else {
+                tracing::debug!(pid = pid.as_raw(), %exit, "reaped an orphaned process");
+            }
+        }
+        if matches!(self.child, ChildState::Stopping(_)) {
+            self.progress_stop();
+        }
+    }
+
+    fn on_main_exit(&mut self, exit: Exit) {
+        let now = BootInstant::now();
+        match &mut self.child {
+            ChildState::Stopping(s) => {
+                tracing::info!(pid = s.pgid.as_raw(), %exit, "child stopped");
+                s.main_alive = false;
+                s.exit = Some(exit);
+            }
+            ChildState::Running(r) => {
+                let ran = now.saturating_since(r.started);
+                let (pid, mode) = (r.pid, r.mode);
+                if self.settings.exit_with_child {
+                    tracing::info!(pid = pid.as_raw(), %exit, "child exited; exiting with it");
+                    self.shutdown = Some(Shutdown {
+                        exit_code: Some(exit.code()),
+                    });
+                } else {
+                    let delay = self.settings.backoff.on_exit(ran);
+                    tracing::warn!(pid = pid.as_raw(), %exit, ran_for = %crate::config::human(ran),
+                        restart_in = %crate::config::human(delay), "child exited on its own; restarting");
+                    self.crash_hold = Some((mode, now.saturating_add(delay)));
+                }
+                // Whatever it left behind in its group goes before anything new starts.
+                self.child = ChildState::Stopping(Stopping {
+                    pgid: pid,
+                    main_alive: false,
+                    group_termed: false,
+                    kill_at: now.saturating_add(self.settings.kill_grace),
+                    killed: false,
+                    exit: Some(exit),
+                });
+            }
+            ChildState::Idle => {}
+        }
+    }
+
+    /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace.
+    fn begin_stop(&mut self, r: Running) {
+        tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
+        child::signal_group(r.pid, Signal::SIGTERM);
+        self.child = ChildState::Stopping(Stopping {
+            pgid: r.pid,
+            main_alive: true,
+            group_termed: true,
+            kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
+            killed: false,
+            exit: None,
+        });
+    }
+
+    fn progress_stop(&mut self) {
+        let ChildState::Stopping(s) = &mut self.child else {
+            return;
+        };
+        let now = BootInstant::now();
+        if !s.main_alive && !s.group_termed {
+            s.group_termed = true;
+            child::signal_group(s.pgid, Signal::SIGTERM);
+        }
+        if !s.killed && now >= s.kill_at {
+            s.killed = true;
+            tracing::warn!(pgid = s.pgid.as_raw(), grace = %crate::config::human(self.settings.kill_grace),
+                "process group still alive after the kill grace; sending SIGKILL");
+            child::signal_group(s.pgid, Signal::SIGKILL);
+        }
+        // The group exists while any member, zombies included, is unreaped.
+        if s.main_alive || child::group_exists(s.pgid) {
+            return;
+        }
+        tracing::debug!(pgid = s.pgid.as_raw(), "process group gone");
+        if let (Some(sd), Some(exit)) = (&mut self.shutdown, s.exit) {
+            sd.exit_code.get_or_insert(exit.code());
+        }
+        self.child = ChildState::Idle;
+        self.reconcile();
+    }
+
+    fn on_file(&mut self, obs: Observation) {
+        match obs {
+            Observation::Valid(g) => self.offer(g, None),
+            Observation::Absent | Observation::Invalid(_) => {
+                let reason = match obs {
+                    Observation::Invalid(r) => r,
+                    _ => "flag file removed".to_owned(),
+                };
+                // The file is the channel that must still work when pushes fail; if it can no
+                // longer say "follower", keep no operator running on the strength of old news.
+                tracing::warn!(%reason, "flag file holds no grant; follower until a newer object arrives");
+                self.demoted_locally = true;
+                self.reconcile();
+            }
+        }
+    }
+
+    fn on_push(&mut self, push: Push) {
+        self.offer(push.grant, Some(push.reply));
+    }
+
+    /// Applies the ordering rule to an object from either channel.
+    fn offer(&mut self, g: Grant, reply: Option<oneshot::Sender<Reply>>) {
+        let now = BootInstant::now();
+        let verdict = mode::judge(self.obeyed.as_ref(), &g);
+        let requested = mode::target_mode(Some(&g), false, now);
+        match verdict {
+            Verdict::Stale => {
+                tracing::debug!(
+                    incarnation = g.incarnation,
+                    seq = g.seq,
+                    "ignoring a stale grant object"
+                );
+                if let Some(reply) = reply {
+                    let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
+                    let _ = reply.send(Reply::Stale { last });
+                }
+                return;
+            }
+            Verdict::Repeat => {}
+            Verdict::Obey => {
+                let before = self.target(now);
+                let after = requested;
+                if before != after || self.obeyed.as_ref().map(|o| o.epoch) != Some(g.epoch) {
+                    tracing::info!(from = %before, to = %after, holder = %g.holder, epoch = g.epoch,
+                        incarnation = g.incarnation, seq = g.seq, "grant changed");
+                } else {
+                    tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
+                }
+                self.obeyed = Some(g.clone());
+                self.demoted_locally = false;
+            }
+        }
+        if let Some(reply) = reply {
+            self.pending.push(Pending {
+                requested,
+                order: g.order(),
+                reply,
+            });
+        }
+        self.reconcile();
+    }
+
+    /// Moves the child towards the target mode; settles (acks) once nothing is in flight.
+    fn reconcile(&mut self) {
+        if matches!(self.child, ChildState::Stopping(_)) {
+            return;
+        }
+        let now = BootInstant::now();
+        let desired = if self.shutdown.is_some() {
+            None
+        } else {
+            mode::desired_child(self.target(now), self.settings.on_follower)
+        };
+        let running = match &self.child {
+            ChildState::Running(r) => Some(r.mode),
+            _ => None,
+        };
+        match mode::step(running, desired, self.settings.on_change) {
+            Step::Keep => {}
+            Step::Start(m) => self.start(m, now),
+            Step::Stop => {
+                if let ChildState::Running(r) = std::mem::replace(&mut self.child, ChildState::Idle)
+                {
+                    self.begin_stop(r);
+                }
+            }
+            Step::Signal(sig, m) => {
+                if let ChildState::Running(r) = &mut self.child {
+                    tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m, signal = %sig,
+                        "signalling the child to switch mode");
+                    child::signal(r.pid, sig);
+                    r.mode = m;
+                }
+            }
+        }
+        if !matches!(self.child, ChildState::Stopping(_)) {
+            self.settle(now);
+        }
+    }
+
+    fn start(&mut self, m: Mode, now: BootInstant) {
+        let after_crash = match self.crash_hold {
+            Some((held, at)) if held == m => {
+                if now < at {
+                    return; // the restart timer brings us back
+                }
+                true
+            }
+            _ => false,
+        };
+        self.crash_hold = None;
+        let (env, args) = match m {
+            Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
+            _ => (&self.settings.follower_env, &self.settings.follower_args),
+        };
+        match child::spawn(&self.settings.command, args, env) {
+            Ok(pid) => {
+                if after_crash {
+                    self.restarts += 1;
+                }
+                tracing::info!(pid = pid.as_raw(), mode = %m, restarts = self.restarts, "child started");
+                self.child = ChildState::Running(Running {
+                    pid,
+                    mode: m,
+                    started: now,
+                });
+            }
+            Err(e) => {
+                let delay = self.settings.backoff.on_exit(Duration::ZERO);
+                tracing::error!(command = ?self.settings.command, error = %e,
+                    retry_in = %crate::config::human(delay), "cannot start the child");
+                if self.settings.exit_with_child {
+                    self.shutdown = Some(Shutdown {
+                        // The shell's code for "command cannot be executed".
+                        exit_code: Some(126),
+                    });
+                } else {
+                    self.crash_hold = Some((m, now.saturating_add(delay)));
+                }
+            }
+        }
+    }
+
+    /// Writes the ack file and answers waiting pushes; only called when no stop is in flight.
+    fn settle(&mut self, now: BootInstant) {
+        let in_effect = self.in_effect(now);
+        let ack = self.ack_object(in_effect);
+        if self.last_ack.as_ref() != Some(&ack) {
+            match grant::write_file(&self.settings.ack_file, &ack) {
+                Ok(()) => self.last_ack = Some(ack.clone()),
+                Err(e) => tracing::warn!(error = %e, "cannot write the ack file"),
+            }
+        }
+        let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
+        for p in self.pending.drain(..) {
+            let reply = if p.requested == in_effect
+                || (in_effect == Mode::Stopped && p.requested == Mode::Follower)
+            {
+                Reply::Acked(ack.clone())
+            } else if in_effect == Mode::Stopped {
+                Reply::ShuttingDown
+            } else {
+                tracing::debug!(
+                    incarnation = p.order.incarnation,
+                    seq = p.order.seq,
+                    "push superseded before it took effect"
+                );
+                Reply::Superseded {
+                    mode: in_effect,
+                    last,
+                }
+            };
+            let _ = p.reply.send(reply);
+        }
+    }
+
+    /// The ack for the current state: the last object obeyed, with the mode actually in effect
+    /// (a leader grant that lapsed is acked as follower, with its order).
+    fn ack_object(&self, in_effect: Mode) -> Grant {
+        let mut ack = self
+            .obeyed
+            .clone()
+            .unwrap_or_else(|| Grant::follower("", 0, Order::default(), ""));
+        if ack.mode != in_effect {
+            ack.mode = in_effect;
+            ack.expires_boottime_ns = 0;
+            ack.expires_at = None;
+        }
+        ack
+    }
+
+    /// The exit code once shutdown has finished: the child and its whole group are gone.
+    fn finished(&mut self) -> Option<u8> {
+        let sd = self.shutdown.as_ref()?;
+        if !matches!(self.child, ChildState::Idle) {
+            return None;
+        }
+        let code = sd.exit_code.unwrap_or(0);
+        self.settle(BootInstant::now());
+        self.publish();
+        tracing::info!(
+            exit_code = code,
+            "supervisor exiting; child and its process group are gone"
+        );
+        Some(code)
+    }
+
+    fn publish(&self) {
+        let now = BootInstant::now();
+        let (child_pid, child_mode) = match &self.child {
+            ChildState::Running(r) => (Some(r.pid.as_raw()), Some(r.mode.to_string())),
+            ChildState::Stopping(s) if s.main_alive => (Some(s.pgid.as_raw()), None),
+            _ => (None, None),
+        };
+        let in_effect = self.in_effect(now);
+        let expiry = self.leader_deadline();
+        let obeyed = self.obeyed.as_ref();
+        self.status.send_replace(Status {
+            mode: in_effect.to_string(),
+            child_mode,
+            epoch: obeyed.map(|g| g.epoch).unwrap_or(0),
+            holder: obeyed.map(|g| g.holder.clone()).unwrap_or_default(),
+            child_pid,
+            restarts: self.restarts,
+            transitioning: matches!(self.child, ChildState::Stopping(_)),
+            expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
+            expires_at: expiry.map(clock::rfc3339_of),
+            incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),
+            seq: obeyed.map(|g| g.seq).unwrap_or(0),
+        });
+    }
+}
+
+async fn sleep_until(deadline: Option<BootInstant>) {
+    match deadline {
+        Some(d) => clock::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

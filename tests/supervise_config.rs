@@ -1,0 +1,206 @@
+//! Bad input to `supervise` exits 2 with a message naming the flag, before any child starts.
+
+mod support_supervise;
+
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use support_supervise::*;
+
+/// Runs `supervise` with `args` (bounded by the supervisor's own validation, which happens before
+/// anything long-running), with a command that would leave a marker if it were ever started.
+fn run(sb: &Sandbox, args: &[&str], with_command: bool) -> Output {
+    let marker = sb.path("started");
+    let app = sb.script("app.sh", &format!("touch {}", marker.display()));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("supervise").args(args);
+    if with_command {
+        cmd.arg("--").arg(&app);
+    }
+    // No test here may reach the event loop; if one did, its child would create the marker and
+    // the supervisor would not exit, so the wait is bounded and ends it by its handle.
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let exited = wait_until(std::time::Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn assert_config_error(sb: &Sandbox, out: &Output, needles: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} not in: {stderr}");
+    }
+    assert!(
+        !sb.path("started").exists(),
+        "a child was started despite bad input"
+    );
+}
+
+fn flag(sb: &Sandbox) -> String {
+    sb.flag_file().display().to_string()
+}
+
+#[test]
+fn a_missing_command_is_refused() {
+    let sb = Sandbox::new();
+    let out = run(
+        &sb,
+        &["--flag-file", &flag(&sb), "--listen", "127.0.0.1:0"],
+        false,
+    );
+    assert_config_error(&sb, &out, &["CMD", "-- CMD"]);
+}
+
+#[test]
+fn an_unparseable_key_value_is_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--leader-env",
+            "NOEQUALS",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--leader-env", "KEY=VALUE"]);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--follower-env",
+            "1X=y",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--follower-env", "KEY=VALUE"]);
+}
+
+#[test]
+fn a_flag_file_directory_that_does_not_exist_is_refused() {
+    let sb = Sandbox::new();
+    let f = sb.path("no/such/dir/grant.json").display().to_string();
+    let out = run(&sb, &["--flag-file", &f, "--listen", "127.0.0.1:0"], true);
+    assert_config_error(&sb, &out, &["--flag-file", "does not exist"]);
+}
+
+#[test]
+fn a_port_in_use_is_refused() {
+    let sb = Sandbox::new();
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = run(&sb, &["--flag-file", &flag(&sb), "--listen", &addr], true);
+    assert_config_error(&sb, &out, &["--listen", &addr]);
+}
+
+#[test]
+fn a_non_loopback_listen_address_is_refused() {
+    let sb = Sandbox::new();
+    for addr in ["0.0.0.0:8082", "10.1.2.3:8082", "localhost:8082", "8082"] {
+        let out = run(&sb, &["--flag-file", &flag(&sb), "--listen", addr], true);
+        assert_config_error(&sb, &out, &["--listen", "loopback"]);
+    }
+}
+
+#[test]
+fn a_bad_duration_or_policy_names_its_flag() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--kill-grace",
+            "soon",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--kill-grace"]);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--on-change",
+            "reload",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--on-change", "signal:"]);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--on-follower",
+            "pause",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--on-follower"]);
+}
+
+#[test]
+fn flags_can_come_from_elector_environment_variables() {
+    let sb = Sandbox::new();
+    let out = Command::new(BIN)
+        .args(["supervise", "--flag-file", &flag(&sb), "--", "true"])
+        .env("ELECTOR_LISTEN", "0.0.0.0:1")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--listen") && stderr.contains("0.0.0.0:1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let out = Command::new(BIN)
+        .args(["supervise", "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for f in [
+        "--flag-file",
+        "--listen",
+        "--leader-env",
+        "--follower-env",
+        "--leader-args",
+        "--follower-args",
+        "--kill-grace",
+        "--on-follower",
+        "--on-change",
+        "--restart-backoff-initial",
+        "--restart-backoff-max",
+        "--exit-with-child",
+        "ELECTOR_LEADER_ENV",
+    ] {
+        assert!(help.contains(f), "{f} missing from --help:\n{help}");
+    }
+}

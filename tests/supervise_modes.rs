@@ -1,0 +1,391 @@
+//! Following the grant: follower at start, leader/follower environments switched by the flag file
+//! and by pushes, acks only after the old group is gone, the dead man's switch, ordering,
+//! renewals, crash-loop backoff and the alternative policies.
+
+mod support_supervise;
+
+use std::time::{Duration, Instant};
+
+use support_supervise::*;
+
+const LIMIT: Duration = Duration::from_secs(15);
+const MODE_FLAGS: [&str; 4] = [
+    "--leader-env",
+    "MODE=leader",
+    "--follower-env",
+    "MODE=follower",
+];
+
+fn start_recording(sb: &Sandbox, extra: &[&str]) -> Supervisor {
+    let app = sb.recording_app(Some(0));
+    let mut flags: Vec<&str> = MODE_FLAGS.to_vec();
+    flags.extend_from_slice(extra);
+    Supervisor::start(sb, &flags, &[app.to_str().unwrap_or_default()])
+}
+
+#[test]
+fn without_a_flag_file_it_starts_as_follower_and_acks_that() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
+    assert_eq!(sb.ack().expect("ack")["mode"], "follower");
+    assert_eq!(sb.starts(), vec![(pid, "follower".to_owned())]);
+}
+
+#[test]
+fn a_malformed_flag_file_means_follower() {
+    let sb = Sandbox::new();
+    std::fs::write(sb.flag_file(), b"{\"mode\":\"king\"").expect("write");
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert!(
+        sv.log_contains("not a grant object"),
+        "the malformed file is logged"
+    );
+}
+
+#[test]
+fn a_valid_leader_grant_at_start_starts_the_leader() {
+    let sb = Sandbox::new();
+    sb.write_grant(&leader(1, 1, Duration::from_secs(30)));
+    let sv = start_recording(&sb, &[]);
+    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    assert_eq!(sb.starts(), vec![(pid, "leader".to_owned())]);
+}
+
+#[test]
+fn an_expired_leader_grant_at_start_means_follower() {
+    let sb = Sandbox::new();
+    let mut g = leader(1, 1, Duration::from_secs(1));
+    g.expires_boottime_ns = 1; // long past
+    sb.write_grant(&g);
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+}
+
+#[test]
+fn the_flag_file_switches_the_app_between_leader_and_follower_environments() {
+    let sb = Sandbox::new();
+    let sv = start_recording(
+        &sb,
+        &["--leader-args", "--operators", "--follower-args", "--idle"],
+    );
+    let f1 = sv.wait_mode("follower", LIMIT).expect("follower child");
+
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let l1 = sv
+        .wait_mode("leader", LIMIT)
+        .expect("promoted by the flag file");
+    assert_ne!(l1, f1);
+    assert!(
+        !alive(f1),
+        "the follower app is gone before the leader runs"
+    );
+
+    sb.write_grant(&follower(1, 2));
+    let f2 = sv
+        .wait_mode("follower", LIMIT)
+        .expect("demoted by the flag file");
+    assert!(!alive(l1));
+    let lines = sb.lines("starts");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].ends_with("mode=follower args=--idle"), "{lines:?}");
+    assert!(
+        lines[1].ends_with("mode=leader args=--operators"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("{f2} mode=follower")),
+        "{lines:?}"
+    );
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("follower"), Some(2))
+    );
+}
+
+#[test]
+fn pushes_switch_the_app_and_are_answered_once_in_effect() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+
+    let (status, body) = sv.push(&leader(1, 1, Duration::from_secs(60)));
+    assert_eq!(status, 200, "{body}");
+    // The answer comes after the leader runs: no waiting needed to see it.
+    let m = sv.mode();
+    assert_eq!(
+        (m["mode"].as_str(), m["child_mode"].as_str()),
+        (Some("leader"), Some("leader"))
+    );
+    let leader_pid = m["child_pid"].as_i64().expect("pid") as i32;
+    assert_eq!(sb.starts().last(), Some(&(leader_pid, "leader".to_owned())));
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(1))
+    );
+    assert_eq!(m["epoch"], 7);
+    assert!(m["expires_boottime_ns"].as_u64().unwrap_or(0) > 0);
+    assert!(m["expires_at"].is_string());
+
+    let (status, body) = sv.push(&follower(1, 2));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !alive(leader_pid),
+        "demotion acked while the leader still ran"
+    );
+    assert_eq!(sv.mode()["mode"], "follower");
+}
+
+#[test]
+fn a_demotion_is_acked_only_after_the_whole_process_group_is_gone() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    // Leader and a helper in its group both ignore SIGTERM: only SIGKILL after the grace ends them.
+    let app = sb.script(
+        "app.sh",
+        &format!(
+            "trap '' TERM\n\
+             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
+             if [ \"$MODE\" = leader ]; then sh -c \"trap '' TERM; echo \\$\\$ > {dir}/helper; while :; do sleep 0.05; done\" & fi\n\
+             while :; do sleep 0.05; done"
+        ),
+    );
+    let mut flags = MODE_FLAGS.to_vec();
+    flags.extend_from_slice(&["--kill-grace", "800ms"]);
+    let sv = Supervisor::start(&sb, &flags, &[app.to_str().unwrap_or_default()]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    assert!(
+        wait_until(LIMIT, || !sb.lines("helper").is_empty()),
+        "helper started"
+    );
+    let helper: i32 = sb.lines("helper")[0].trim().parse().expect("helper pid");
+    assert!(alive(helper));
+
+    let sent = Instant::now();
+    let (status, body) = sv.push(&follower(1, 2));
+    let took = sent.elapsed();
+    assert_eq!(status, 200, "{body}");
+    // The ack promises that no operator process of the old leader is left, grandchildren included.
+    assert!(
+        !exists(leader_pid),
+        "leader {leader_pid} still exists after the ack"
+    );
+    assert!(
+        !exists(helper),
+        "helper {helper} still exists after the ack"
+    );
+    // Both ignored SIGTERM, so only SIGKILL after the grace could end them: the ack waited for it.
+    assert!(
+        took >= Duration::from_millis(800),
+        "acked after {took:?}, before the kill grace"
+    );
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("follower"), Some(2))
+    );
+    eprintln!("demotion with SIGKILL after 800ms grace acked after {took:?}");
+}
+
+#[test]
+fn an_expired_leader_grant_demotes_at_its_expiry_without_the_elector() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    let g = leader(1, 1, Duration::from_secs(2));
+    let expiry_secs = g.expires_boottime_ns as f64 / 1e9;
+    sb.write_grant(&g);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    // Nobody renews: the supervisor must demote on its own.
+    let follower_pid = sv
+        .wait_mode("follower", LIMIT)
+        .expect("demoted after expiry");
+    assert!(!alive(leader_pid));
+    assert_ne!(follower_pid, leader_pid);
+    let term = sb
+        .lines("signals")
+        .iter()
+        .find(|l| l.starts_with(&format!("TERM {leader_pid} ")))
+        .and_then(|l| l.split_whitespace().nth(2)?.parse::<f64>().ok())
+        .expect("the leader recorded its SIGTERM");
+    // /proc/uptime (CLOCK_BOOTTIME) has 10 ms resolution and is truncated: allow 20 ms below.
+    assert!(
+        term >= expiry_secs - 0.02,
+        "demoted {:.3}s before expiry",
+        expiry_secs - term
+    );
+    assert!(
+        term <= expiry_secs + 5.0,
+        "demoted {:.3}s after expiry",
+        term - expiry_secs
+    );
+    eprintln!(
+        "SIGTERM reached the leader {:.3}s after expiry",
+        term - expiry_secs
+    );
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("follower"), Some(1))
+    );
+}
+
+#[test]
+fn older_objects_are_ignored_and_a_retry_of_the_last_one_is_acked() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    let current = leader(5, 10, Duration::from_secs(60));
+    assert_eq!(sv.push(&current).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+
+    let (status, body) = sv.push(&follower(5, 9));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("stale"), "{body}");
+    let (status, _) = sv.push(&follower(4, 99));
+    assert_eq!(
+        status, 409,
+        "an older incarnation never outranks a newer one"
+    );
+    // A late flag file from the past is ignored as well.
+    sb.write_grant(&follower(5, 3));
+    let (status, _) = sv.push(&current);
+    assert_eq!(status, 200, "a retried push of the last object is acked");
+
+    std::thread::sleep(Duration::from_millis(1500)); // longer than the periodic re-read
+    let m = sv.mode();
+    assert_eq!(m["mode"], "leader");
+    assert_eq!(m["child_pid"].as_i64(), Some(leader_pid as i64));
+    assert_eq!(
+        (m["incarnation"].as_u64(), m["seq"].as_u64()),
+        (Some(5), Some(10))
+    );
+}
+
+#[test]
+fn renewals_move_the_expiry_without_restarting_the_app() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(2))).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    let mut last_expiry = sv.mode()["expires_boottime_ns"].as_u64().unwrap_or(0);
+    // Renew past the first grant's expiry, alternating channels.
+    for seq in 2..=8 {
+        std::thread::sleep(Duration::from_millis(400));
+        let g = leader(1, seq, Duration::from_secs(2));
+        if seq % 2 == 0 {
+            assert_eq!(sv.push(&g).0, 200);
+        } else {
+            sb.write_grant(&g);
+            assert!(wait_until(LIMIT, || sv.mode()["seq"].as_u64() == Some(seq)));
+        }
+        let m = sv.mode();
+        let expiry = m["expires_boottime_ns"].as_u64().unwrap_or(0);
+        assert!(expiry > last_expiry, "renewal moved the expiry");
+        last_expiry = expiry;
+        assert_eq!(
+            m["child_pid"].as_i64(),
+            Some(leader_pid as i64),
+            "renewal restarted the app"
+        );
+    }
+    assert_eq!(sb.starts().len(), 2, "{:?}", sb.starts());
+    let to_leader: Vec<String> = sb
+        .lines("signals")
+        .into_iter()
+        .filter(|l| l.split_whitespace().nth(1) == Some(&leader_pid.to_string()))
+        .collect();
+    assert!(
+        to_leader.is_empty(),
+        "renewals signalled the app: {to_leader:?}"
+    );
+}
+
+#[test]
+fn a_crashing_app_is_restarted_with_backoff_and_the_count_is_visible() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    let app = sb.script(
+        "app.sh",
+        &format!("echo \"$$ mode=$MODE\" >> {dir}/starts; exit 1"),
+    );
+    let sv = Supervisor::start(
+        &sb,
+        &[
+            "--restart-backoff-initial",
+            "100ms",
+            "--restart-backoff-max",
+            "400ms",
+        ],
+        &[app.to_str().unwrap_or_default()],
+    );
+    assert!(
+        wait_until(LIMIT, || sv.mode()["restarts"].as_u64().unwrap_or(0) >= 3),
+        "restarts counted"
+    );
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let starts_before = sb.starts().len();
+    std::thread::sleep(Duration::from_secs(2));
+    let in_two_secs = sb.starts().len() - starts_before;
+    // Capped at 400 ms, two seconds hold about five restarts; without backoff, hundreds.
+    assert!(
+        in_two_secs <= 10,
+        "{in_two_secs} restarts in 2s despite the backoff"
+    );
+    assert!(in_two_secs >= 1, "the app was not restarted at all");
+    let restarts = sv.mode()["restarts"].as_u64().unwrap_or(0);
+    assert!(
+        restarts as usize + 1 >= sb.starts().len() - 1,
+        "count {restarts} vs {:?}",
+        sb.starts().len()
+    );
+    eprintln!(
+        "{in_two_secs} restarts in 2s with 100ms..400ms backoff ({:?})",
+        window.elapsed()
+    );
+}
+
+#[test]
+fn on_follower_stop_runs_nothing_until_promoted() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &["--on-follower", "stop"]);
+    assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
+    assert_eq!(sb.ack().expect("ack")["mode"], "follower");
+    assert!(sv.mode()["child_pid"].is_null());
+    assert!(sb.starts().is_empty());
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    assert_eq!(sv.push(&follower(1, 2)).0, 200);
+    assert!(!exists(pid), "demotion acked before the app was gone");
+    assert!(sv.mode()["child_pid"].is_null());
+}
+
+#[test]
+fn on_change_signal_tells_the_app_instead_of_restarting_it() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &["--on-change", "signal:SIGUSR2"]);
+    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    assert!(
+        wait_until(LIMIT, || sb
+            .lines("signals")
+            .iter()
+            .any(|l| l.starts_with(&format!("USR2 {pid}")))),
+        "the app got SIGUSR2"
+    );
+    let m = sv.mode();
+    assert_eq!(
+        (m["mode"].as_str(), m["child_mode"].as_str()),
+        (Some("leader"), Some("leader"))
+    );
+    assert_eq!(m["child_pid"].as_i64(), Some(pid as i64));
+    assert_eq!(sb.starts().len(), 1, "the app was restarted");
+}
