@@ -166,3 +166,15 @@ fn file_and_stdin_give_the_same_output() {
         inject_ok(&["inject"], &golden("passmower.in.yaml"))
     );
 }
+
+#[test]
+fn workload_only_leaves_rbac_and_pdb_to_the_chart() {
+    let output = inject_ok(&["inject", "--workload-only"], &golden("passmower.in.yaml"));
+    assert!(output.contains("passmower-elector.io/injected"));
+    for kind in ["Role", "RoleBinding", "PodDisruptionBudget"] {
+        assert!(
+            !output.contains(&format!("kind: {kind}\n")),
+            "{kind} emitted"
+        );
+    }
+}

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use serde_norway::Value;
 
 use crate::config::{self, ConfigError};
@@ -117,6 +118,18 @@ pub struct InjectArgs {
     /// Succeed (passing the stream through) when no workload is a target.
     #[arg(long, env = "ELECTOR_ALLOW_NONE")]
     pub allow_none: bool,
+    /// Rewrite workloads only: add no Role, RoleBinding or PodDisruptionBudget, because they
+    /// come from elsewhere (the passmower-elector Helm chart, installed as its own release).
+    #[arg(long, env = "ELECTOR_WORKLOAD_ONLY")]
+    pub workload_only: bool,
+    /// The elector container's resources as JSON (a Kubernetes ResourceRequirements), e.g.
+    /// '{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}'.
+    #[arg(long, env = "ELECTOR_SIDECAR_RESOURCES", value_name = "JSON")]
+    pub sidecar_resources: Option<String>,
+    /// The elector and install containers' securityContext as JSON (a Kubernetes
+    /// SecurityContext); default: the "restricted" profile as UID 65532.
+    #[arg(long, env = "ELECTOR_SIDECAR_SECURITY_CONTEXT", value_name = "JSON")]
+    pub sidecar_security_context: Option<String>,
 }
 
 /// Everything `inject` needs to know; [`InjectOptions::default`] matches the CLI defaults.
@@ -154,6 +167,12 @@ pub struct InjectOptions {
     pub deny_idle_namespace: bool,
     /// No target is not an error.
     pub allow_none: bool,
+    /// Add no RBAC or PodDisruptionBudget (they come from the chart).
+    pub workload_only: bool,
+    /// Elector container resources; `None` for the built-in requests and limits.
+    pub sidecar_resources: Option<ResourceRequirements>,
+    /// Sidecar securityContext; `None` for the restricted profile.
+    pub sidecar_security_context: Option<SecurityContext>,
 }
 
 impl Default for InjectOptions {
@@ -175,6 +194,9 @@ impl Default for InjectOptions {
             namespace_selector: None,
             deny_idle_namespace: false,
             allow_none: false,
+            workload_only: false,
+            sidecar_resources: None,
+            sidecar_security_context: None,
         }
     }
 }
@@ -205,10 +227,33 @@ impl TryFrom<&InjectArgs> for InjectOptions {
             namespace_selector: args.namespace_selector.clone(),
             deny_idle_namespace: args.deny_idle_namespace,
             allow_none: args.allow_none,
+            workload_only: args.workload_only,
+            sidecar_resources: parse_json_flag(
+                "--sidecar-resources",
+                args.sidecar_resources.as_deref(),
+            )?,
+            sidecar_security_context: parse_json_flag(
+                "--sidecar-security-context",
+                args.sidecar_security_context.as_deref(),
+            )?,
         };
         options.validate()?;
         Ok(options)
     }
+}
+
+/// Parses a flag holding a Kubernetes object as JSON (YAML flow style works too).
+fn parse_json_flag<T: serde::de::DeserializeOwned>(
+    flag: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, ConfigError> {
+    value
+        .map(|text| {
+            serde_norway::from_str(text).map_err(|e| {
+                ConfigError::new(flag, text, format!("not a valid Kubernetes object: {e}"))
+            })
+        })
+        .transpose()
 }
 
 /// Parses `--app-command`: a JSON array of strings, or words separated by whitespace.
@@ -436,6 +481,9 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
         };
         targets.push(workload.clone());
 
+        if opts.workload_only {
+            continue;
+        }
         let has_own_pdb = existing_pdbs
             .iter()
             .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);

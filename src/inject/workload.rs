@@ -537,8 +537,12 @@ fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
         }]),
         liveness_probe: Some(probe("/healthz", 10)),
         readiness_probe: Some(probe("/readyz", 5)),
-        resources: Some(resources("32Mi", "128Mi")),
-        security_context: Some(restricted_security_context()),
+        resources: Some(
+            opts.sidecar_resources
+                .clone()
+                .unwrap_or_else(|| resources("32Mi", "128Mi")),
+        ),
+        security_context: Some(security_context(opts)),
         volume_mounts: Some(vec![VolumeMount {
             name: FLAG_VOLUME.into(),
             mount_path: FLAG_DIR.into(),
@@ -561,7 +565,7 @@ fn install_container(opts: &InjectOptions) -> Container {
             format!("{BIN_DIR}/passmower-elector"),
         ]),
         resources: Some(resources("16Mi", "64Mi")),
-        security_context: Some(restricted_security_context()),
+        security_context: Some(security_context(opts)),
         volume_mounts: Some(vec![VolumeMount {
             name: BIN_VOLUME.into(),
             mount_path: BIN_DIR.into(),
@@ -597,6 +601,12 @@ fn resources(memory_request: &str, memory_limit: &str) -> ResourceRequirements {
         limits: Some(map(&[("cpu", "200m"), ("memory", memory_limit)])),
         ..Default::default()
     }
+}
+
+fn security_context(opts: &InjectOptions) -> SecurityContext {
+    opts.sidecar_security_context
+        .clone()
+        .unwrap_or_else(restricted_security_context)
 }
 
 /// The Pod Security Standards "restricted" profile.
