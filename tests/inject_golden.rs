@@ -178,3 +178,21 @@ fn workload_only_leaves_rbac_and_pdb_to_the_chart() {
         );
     }
 }
+
+#[test]
+fn retrofit_example_output_is_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/retrofit-passmower");
+    let input = std::fs::read_to_string(dir.join("passmower-deployment.yaml")).expect("example");
+    let output = inject_ok(&["inject", "--deny-idle-namespace"], &input);
+    let expected_path = dir.join("passmower-deployment.injected.yaml");
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        std::fs::write(&expected_path, &output).expect("write example output");
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).expect("example output");
+    assert!(
+        expected == output,
+        "examples/retrofit-passmower/passmower-deployment.injected.yaml is stale \
+         (UPDATE_GOLDEN=1 regenerates it)"
+    );
+}
