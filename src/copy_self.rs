@@ -24,8 +24,16 @@ pub fn main(args: CopySelfArgs) -> ExitCode {
 /// Copies the running executable to `dest` atomically with mode 0755.
 pub fn copy_self(dest: &std::path::Path) -> Result<(), String> {
     // /proc/self/exe names the running image even if the file was replaced since it started.
+    // Without /proc (an empty chroot, some sandboxes) argv[0] still names the file when it
+    // holds a path, as it does in the injected initContainer's absolute `command`.
     let bytes = std::fs::read("/proc/self/exe")
         .or_else(|_| std::env::current_exe().and_then(std::fs::read))
+        .or_else(|e| match std::env::args_os().next() {
+            Some(argv0) if std::path::Path::new(&argv0).components().count() > 1 => {
+                std::fs::read(argv0)
+            }
+            _ => Err(e),
+        })
         .map_err(|e| format!("cannot read the running binary: {e}"))?;
     atomic_file::write_with_mode(dest, &bytes, 0o755)
         .map_err(|e| format!("cannot write {}: {e}", dest.display()))

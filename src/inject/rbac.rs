@@ -1,0 +1,400 @@
+//! The objects `inject` adds beside a workload: the Role and RoleBinding for its Lease, the
+//! PodDisruptionBudget, and the optional admission policy that keeps the idle namespace away.
+
+use std::fmt;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_norway::{Mapping, Value};
+
+use super::workload::{to_value, WorkloadInfo};
+use super::{InjectOptions, GENERATED_FOR_ANNOTATION};
+
+/// Identifies an object in a stream: kind, namespace (as written) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn of(value: &Value) -> Option<ObjectKey> {
+        Some(ObjectKey {
+            kind: value.get("kind")?.as_str()?.to_owned(),
+            namespace: value
+                .get("metadata")
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            name: value.get("metadata")?.get("name")?.as_str()?.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Whether `inject` generated this object (it carries our annotation).
+pub fn is_generated(value: &Value) -> bool {
+    value
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(GENERATED_FOR_ANNOTATION))
+        .is_some()
+}
+
+/// The namespace and selector of a PodDisruptionBudget document.
+pub fn pdb_selector(value: &Value) -> Option<(Option<String>, Value)> {
+    if value.get("kind")?.as_str()? != "PodDisruptionBudget" {
+        return None;
+    }
+    let namespace = value
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some((namespace, value.get("spec")?.get("selector")?.clone()))
+}
+
+fn metadata(info: &WorkloadInfo, name: String) -> ObjectMeta {
+    let mut labels = std::collections::BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "passmower-elector".to_owned(),
+        ),
+        (
+            "app.kubernetes.io/component".to_owned(),
+            "leader-election".to_owned(),
+        ),
+        ("app.kubernetes.io/part-of".to_owned(), info.name.clone()),
+    ]);
+    // Keep the release's instance label so `kubectl get -l` finds these with the rest of it.
+    if let Some(instance) = info
+        .labels
+        .get("app.kubernetes.io/instance")
+        .and_then(Value::as_str)
+    {
+        labels.insert("app.kubernetes.io/instance".into(), instance.into());
+    }
+    ObjectMeta {
+        name: Some(name),
+        namespace: info.namespace.clone(),
+        labels: Some(labels),
+        annotations: Some(
+            [(
+                GENERATED_FOR_ANNOTATION.to_owned(),
+                format!("{}/{}", info.kind.as_str(), info.name),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn strings(items: &[&str]) -> Option<Vec<String>> {
+    Some(items.iter().map(|s| s.to_string()).collect())
+}
+
+/// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
+pub fn companions(
+    info: &WorkloadInfo,
+    _opts: &InjectOptions,
+    with_pdb: bool,
+    warnings: &mut Vec<String>,
+) -> Vec<Value> {
+    let role_name = format!("{}-elector", info.name);
+    let role = Role {
+        metadata: metadata(info, role_name.clone()),
+        rules: Some(vec![
+            // The elector reads, watches (fieldSelector metadata.name=<lease>, which RBAC
+            // authorizes per name for get/list/watch) and updates only its own Lease.
+            PolicyRule {
+                api_groups: strings(&["coordination.k8s.io"]),
+                resources: strings(&["leases"]),
+                resource_names: Some(vec![info.lease.clone()]),
+                verbs: vec!["get", "list", "watch", "update", "patch"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+                ..Default::default()
+            },
+            // create cannot be limited by name: the name is not known at authorization time.
+            PolicyRule {
+                api_groups: strings(&["coordination.k8s.io"]),
+                resources: strings(&["leases"]),
+                verbs: vec!["create".into()],
+                ..Default::default()
+            },
+            // "became leader" / "stopped leading" Events, through either Events API.
+            PolicyRule {
+                api_groups: strings(&["", "events.k8s.io"]),
+                resources: strings(&["events"]),
+                verbs: vec!["create".into(), "patch".into()],
+                ..Default::default()
+            },
+        ]),
+    };
+    let binding = RoleBinding {
+        metadata: metadata(info, role_name.clone()),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: role_name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: info.service_account.clone(),
+            // Without a namespace the subject is the binding's own namespace, which is what a
+            // namespace-less `helm template` stream needs.
+            namespace: info.namespace.clone(),
+            ..Default::default()
+        }]),
+    };
+    let mut out = vec![to_value(&role), to_value(&binding)];
+    if with_pdb {
+        out.push(pdb(info, warnings));
+    }
+    out
+}
+
+fn pdb(info: &WorkloadInfo, warnings: &mut Vec<String>) -> Value {
+    let replicas = info.replicas.unwrap_or(1);
+    let (min_available, max_unavailable) = if replicas > 1 {
+        (None, Some(IntOrString::Int(1)))
+    } else {
+        warnings.push(format!(
+            "{}/{} runs {} replica: its PodDisruptionBudget (minAvailable 1) makes node drains \
+             wait until a second replica runs; set replicas >= 2",
+            info.kind.as_str(),
+            info.name,
+            replicas
+        ));
+        (Some(IntOrString::Int(1)), None)
+    };
+    let pdb = PodDisruptionBudget {
+        metadata: metadata(info, info.name.clone()),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available,
+            max_unavailable,
+            // A pod that is not Ready serves nobody; evicting it must not wait on the budget.
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let mut value = to_value(&pdb);
+    if let Some(spec) = value.get_mut("spec").and_then(Value::as_mapping_mut) {
+        spec.insert("selector".into(), info.selector.clone());
+    }
+    value
+}
+
+/// Name of the admission policy (and binding) that forbids creating `idle`.
+pub fn deny_policy_name(idle: &str) -> String {
+    format!("passmower-elector-deny-{idle}")
+}
+
+/// A ValidatingAdmissionPolicy and its binding that refuse to create (or adopt by update)
+/// the idle namespace, so nothing can ever be put where followers would reconcile it.
+pub fn deny_idle_namespace(idle: &str) -> Vec<Value> {
+    let name = deny_policy_name(idle);
+    let meta = || ObjectMeta {
+        name: Some(name.clone()),
+        labels: Some(
+            [
+                (
+                    "app.kubernetes.io/name".to_owned(),
+                    "passmower-elector".to_owned(),
+                ),
+                (
+                    "app.kubernetes.io/component".to_owned(),
+                    "idle-namespace-guard".to_owned(),
+                ),
+            ]
+            .into(),
+        ),
+        annotations: Some(
+            [(
+                GENERATED_FOR_ANNOTATION.to_owned(),
+                format!("Namespace/{idle}"),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let policy = ValidatingAdmissionPolicy {
+        metadata: meta(),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: strings(&[""]),
+                    api_versions: strings(&["v1"]),
+                    operations: strings(&["CREATE", "UPDATE"]),
+                    resources: strings(&["namespaces"]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            validations: Some(vec![Validation {
+                expression: format!("object.metadata.name != '{idle}'"),
+                message: Some(format!(
+                    "namespace {idle} is reserved by passmower-elector: Passmower followers use \
+                     it as their idle NAMESPACE_SELECTOR and would reconcile anything in it"
+                )),
+                reason: Some("Forbidden".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: meta(),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(name.clone()),
+            validation_actions: strings(&["Deny"]),
+            ..Default::default()
+        }),
+    };
+    vec![to_value(&policy), to_value(&binding)]
+}
+
+/// Puts the keys people read first at the front of every mapping, keeping the rest in order.
+pub fn reorder(value: &mut Value) {
+    const FIRST: [&str; 10] = [
+        "apiVersion",
+        "kind",
+        "metadata",
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "image",
+        "command",
+        "args",
+    ];
+    match value {
+        Value::Mapping(map) => {
+            let mut sorted = Mapping::new();
+            for key in FIRST {
+                if let Some(v) = map.remove(key) {
+                    sorted.insert(key.into(), v);
+                }
+            }
+            for (k, v) in std::mem::take(map) {
+                sorted.insert(k, v);
+            }
+            for (_, v) in sorted.iter_mut() {
+                reorder(v);
+            }
+            *map = sorted;
+        }
+        Value::Sequence(items) => items.iter_mut().for_each(reorder),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::WorkloadKind;
+
+    fn info(replicas: Option<u64>) -> WorkloadInfo {
+        WorkloadInfo {
+            kind: WorkloadKind::Deployment,
+            name: "passmower".into(),
+            namespace: Some("auth".into()),
+            service_account: "passmower".into(),
+            selector: serde_norway::from_str("matchLabels: {app: passmower}").unwrap(),
+            replicas,
+            labels: Mapping::new(),
+            lease: "passmower".into(),
+        }
+    }
+
+    #[test]
+    fn role_limits_lease_access_to_its_name() {
+        let objects = companions(&info(Some(3)), &InjectOptions::default(), true, &mut vec![]);
+        let rules = objects[0]["rules"].as_sequence().unwrap();
+        assert_eq!(rules[0]["resourceNames"][0].as_str(), Some("passmower"));
+        let verbs: Vec<_> = rules[0]["verbs"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(verbs, ["get", "list", "watch", "update", "patch"]);
+        assert!(rules[1].get("resourceNames").is_none());
+        assert_eq!(
+            objects[1]["subjects"][0]["name"].as_str(),
+            Some("passmower")
+        );
+        assert_eq!(
+            objects[1]["subjects"][0]["namespace"].as_str(),
+            Some("auth")
+        );
+    }
+
+    #[test]
+    fn pdb_keeps_one_replica_serving() {
+        let mut warnings = vec![];
+        let many = companions(
+            &info(Some(3)),
+            &InjectOptions::default(),
+            true,
+            &mut warnings,
+        );
+        assert_eq!(many[2]["spec"]["maxUnavailable"].as_u64(), Some(1));
+        assert!(warnings.is_empty());
+        let one = companions(&info(None), &InjectOptions::default(), true, &mut warnings);
+        assert_eq!(one[2]["spec"]["minAvailable"].as_u64(), Some(1));
+        assert_eq!(
+            one[2]["spec"]["selector"]["matchLabels"]["app"].as_str(),
+            Some("passmower")
+        );
+        assert_eq!(warnings.len(), 1);
+        let none = companions(
+            &info(Some(3)),
+            &InjectOptions::default(),
+            false,
+            &mut warnings,
+        );
+        assert_eq!(none.len(), 2);
+    }
+
+    #[test]
+    fn deny_policy_names_the_idle_namespace() {
+        let objects = deny_idle_namespace("idle-x");
+        let expression = objects[0]["spec"]["validations"][0]["expression"].as_str();
+        assert_eq!(expression, Some("object.metadata.name != 'idle-x'"));
+        assert_eq!(
+            objects[1]["spec"]["policyName"].as_str(),
+            Some("passmower-elector-deny-idle-x")
+        );
+    }
+
+    #[test]
+    fn reorder_puts_identity_first() {
+        let mut v: Value = serde_norway::from_str("b: 1\nname: x\nkind: K\n").unwrap();
+        reorder(&mut v);
+        assert_eq!(
+            serde_norway::to_string(&v).unwrap(),
+            "kind: K\nname: x\nb: 1\n"
+        );
+    }
+}

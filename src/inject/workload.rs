@@ -1,0 +1,834 @@
+//! The pod-template rewrite: finds target workloads and wires the elector sidecar, the
+//! `copy-self` initContainer, the shared volumes and the `supervise` entrypoint into them.
+//!
+//! The workload is edited as a generic YAML value, not a typed Deployment, so fields this
+//! crate's Kubernetes types do not know (newer API versions, CRD-ish extensions) survive.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_norway::{Mapping, Value};
+
+use super::yaml::Document;
+use super::{
+    InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
+    PASSMOWER_APP_COMMAND, VERSION,
+};
+
+/// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
+pub const FLAG_DIR: &str = "/var/run/passmower-elector";
+/// Where `copy-self` puts the binary for the app container.
+pub const BIN_DIR: &str = "/var/run/passmower-elector-bin";
+/// The binary inside the sidecar image (see Dockerfile.sidecar).
+pub const IMAGE_BINARY: &str = "/usr/local/bin/passmower-elector";
+pub const FLAG_VOLUME: &str = "passmower-elector-grant";
+pub const BIN_VOLUME: &str = "passmower-elector-bin";
+pub const ELECTOR_CONTAINER: &str = "passmower-elector";
+pub const INSTALL_CONTAINER: &str = "passmower-elector-install";
+pub const PROBE_PORT_NAME: &str = "elector-probe";
+/// The env var that carries a `valueFrom` NAMESPACE_SELECTOR to the supervisor's arguments,
+/// where the kubelet expands `$(VAR)`: the real NAMESPACE_SELECTOR is set per mode.
+pub const LEADER_SELECTOR_VAR: &str = "PASSMOWER_ELECTOR_LEADER_NAMESPACE_SELECTOR";
+const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
+/// Kubernetes' default when a pod spec sets none.
+const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
+/// Time beyond the kill grace for the elector to write the demotion and release the Lease.
+const RELEASE_ALLOWANCE_SECONDS: u64 = 5;
+/// The UID/GID of the sidecar image's user (distroless "nonroot").
+const SIDECAR_UID: i64 = 65532;
+
+/// Workload kinds `inject` knows how to rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadKind {
+    #[value(name = "Deployment", alias = "deployment")]
+    Deployment,
+    #[value(name = "StatefulSet", alias = "statefulset")]
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+        }
+    }
+
+    fn parse(kind: &str) -> Option<Self> {
+        match kind {
+            "Deployment" => Some(WorkloadKind::Deployment),
+            "StatefulSet" => Some(WorkloadKind::StatefulSet),
+            _ => None,
+        }
+    }
+}
+
+/// A workload the options aim at: right kind, with the target container.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub document: usize,
+    pub kind: WorkloadKind,
+    pub name: String,
+    pub namespace: Option<String>,
+    /// The version in our marker annotation when already injected.
+    pub injected_by: Option<String>,
+    lease_annotation: Option<String>,
+    service_account: String,
+    selector: Value,
+    replicas: Option<u64>,
+    labels: Mapping,
+}
+
+/// What the companion objects (RBAC, PDB) need to know about an injected workload.
+#[derive(Debug, Clone)]
+pub struct WorkloadInfo {
+    pub kind: WorkloadKind,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub service_account: String,
+    /// `spec.selector` as written, reused verbatim by the PodDisruptionBudget.
+    pub selector: Value,
+    /// `spec.replicas`; `None` when unset (Kubernetes then runs 1, or an autoscaler decides).
+    pub replicas: Option<u64>,
+    pub labels: Mapping,
+    pub lease: String,
+}
+
+fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+    at(value, path)?.as_str()
+}
+
+fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, key| v.get(key))
+}
+
+impl Target {
+    /// Returns the target in `doc`, if it is one. Structural problems are errors only once the
+    /// document is clearly aimed at (right kind, target container present).
+    pub fn find(doc: &Document, opts: &InjectOptions) -> Result<Option<Target>, InjectError> {
+        let value = &doc.value;
+        let Some(kind) = str_at(value, &["kind"]).and_then(WorkloadKind::parse) else {
+            return Ok(None);
+        };
+        if !opts.kinds.contains(&kind)
+            || !str_at(value, &["apiVersion"]).is_some_and(|v| v.starts_with("apps/"))
+        {
+            return Ok(None);
+        }
+        let has_container = at(value, &["spec", "template", "spec", "containers"])
+            .and_then(Value::as_sequence)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+            });
+        if !has_container {
+            return Ok(None);
+        }
+        let fail = |workload: String, reason: &str| InjectError::Manifest {
+            document: doc.number,
+            workload,
+            reason: reason.to_owned(),
+        };
+        let name = str_at(value, &["metadata", "name"])
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| fail(kind.as_str().into(), "metadata.name is missing"))?
+            .to_owned();
+        let namespace = str_at(value, &["metadata", "namespace"]).map(str::to_owned);
+        let describe = format!("{}/{}", kind.as_str(), name);
+        let selector = at(value, &["spec", "selector"])
+            .filter(|s| s.is_mapping())
+            .cloned()
+            .ok_or_else(|| fail(describe.clone(), "spec.selector is missing"))?;
+        let annotation = |key: &str| {
+            at(value, &["metadata", "annotations", key])
+                .and_then(scalar_string)
+                .map(str::to_owned)
+        };
+        Ok(Some(Target {
+            document: doc.number,
+            kind,
+            name,
+            namespace,
+            injected_by: annotation(INJECTED_ANNOTATION),
+            lease_annotation: annotation(LEASE_ANNOTATION),
+            service_account: str_at(value, &["spec", "template", "spec", "serviceAccountName"])
+                .or_else(|| str_at(value, &["spec", "template", "spec", "serviceAccount"]))
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default")
+                .to_owned(),
+            selector,
+            replicas: at(value, &["spec", "replicas"]).and_then(Value::as_u64),
+            labels: at(value, &["metadata", "labels"])
+                .and_then(Value::as_mapping)
+                .cloned()
+                .unwrap_or_default(),
+        }))
+    }
+
+    /// `Kind/name`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{}/{}", self.kind.as_str(), self.name)
+    }
+
+    fn lease(&self, opts: &InjectOptions) -> String {
+        self.lease_annotation
+            .clone()
+            .or_else(|| opts.lease_name.clone())
+            .unwrap_or_else(|| self.name.clone())
+    }
+
+    pub fn info(&self, opts: &InjectOptions) -> WorkloadInfo {
+        WorkloadInfo {
+            kind: self.kind,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            service_account: self.service_account.clone(),
+            selector: self.selector.clone(),
+            replicas: self.replicas,
+            labels: self.labels.clone(),
+            lease: self.lease(opts),
+        }
+    }
+
+    fn error(&self, reason: impl Into<String>) -> InjectError {
+        InjectError::Manifest {
+            document: self.document,
+            workload: self.describe(),
+            reason: reason.into(),
+        }
+    }
+}
+
+fn scalar_string(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+/// Rewrites `root` (a target workload) in place.
+pub fn rewrite(
+    root: &mut Value,
+    target: &Target,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> Result<WorkloadInfo, InjectError> {
+    let info = target.info(opts);
+    let pod = child_mapping(root, &["spec", "template", "spec"])
+        .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?;
+
+    for (list, ours) in [
+        ("volumes", [FLAG_VOLUME, BIN_VOLUME]),
+        ("initContainers", [INSTALL_CONTAINER, ELECTOR_CONTAINER]),
+        ("containers", [ELECTOR_CONTAINER, INSTALL_CONTAINER]),
+    ] {
+        let names = pod.get(list).and_then(Value::as_sequence);
+        if let Some(clash) = names
+            .into_iter()
+            .flatten()
+            .filter_map(|v| str_at(v, &["name"]))
+            .find(|n| ours.contains(n))
+        {
+            return Err(target.error(format!(
+                "spec.template.spec.{list} already has {clash:?} but the workload lacks the \
+                 {INJECTED_ANNOTATION} annotation; remove the partial injection first"
+            )));
+        }
+    }
+
+    // The main container: supervise becomes its entrypoint.
+    let containers = pod
+        .get_mut("containers")
+        .and_then(Value::as_sequence_mut)
+        .ok_or_else(|| target.error("spec.template.spec.containers is not a list"))?;
+    let main = containers
+        .iter_mut()
+        .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(|| target.error(format!("container {:?} is not a mapping", opts.container)))?;
+    wrap_main_container(main, target, opts, warnings)?;
+
+    // Sidecars go last among the initContainers so the app's own init steps finish before
+    // this pod starts contending for the Lease, and the binary is in place before `supervise`.
+    let elector = to_value(&elector_container(&info, opts));
+    let install = to_value(&install_container(opts));
+    append(pod, "initContainers", install)
+        .map_err(|()| target.error("spec.template.spec.initContainers is not a list"))?;
+    let sidecar_list = if opts.classic_sidecar {
+        "containers"
+    } else {
+        "initContainers"
+    };
+    append(pod, sidecar_list, elector)
+        .map_err(|()| target.error(format!("spec.template.spec.{sidecar_list} is not a list")))?;
+    for volume in volumes() {
+        append(pod, "volumes", to_value(&volume))
+            .map_err(|()| target.error("spec.template.spec.volumes is not a list"))?;
+    }
+
+    // Shutdown must fit the app's own stop, the kill grace and the Lease release.
+    let existing = match pod.get("terminationGracePeriodSeconds") {
+        None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_SECONDS,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| target.error("terminationGracePeriodSeconds is not a whole number"))?,
+    };
+    let grace = existing + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    pod.insert("terminationGracePeriodSeconds".into(), grace.into());
+
+    let spec =
+        child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
+    if target.kind == WorkloadKind::Deployment {
+        // Surge before removing: a new pod is up (as follower) before an old one goes, so a
+        // serving replica always exists and the leader hands over instead of vanishing.
+        let strategy: Value = serde_norway::from_str(
+            "type: RollingUpdate\nrollingUpdate:\n  maxSurge: 1\n  maxUnavailable: 0\n",
+        )
+        .unwrap_or_default();
+        if spec
+            .get("strategy")
+            .and_then(|s| s.get("type"))
+            .and_then(Value::as_str)
+            == Some("Recreate")
+        {
+            warnings.push(format!(
+                "{}: strategy Recreate replaced by RollingUpdate (maxSurge 1, maxUnavailable 0); \
+                 the elector makes overlapping pods safe",
+                target.describe()
+            ));
+        }
+        spec.insert("strategy".into(), strategy);
+    }
+
+    let annotations = child_mapping(root, &["metadata", "annotations"])
+        .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
+    annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
+    annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    Ok(info)
+}
+
+/// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
+/// per-mode environments.
+fn wrap_main_container(
+    main: &mut Mapping,
+    target: &Target,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(), InjectError> {
+    let words = |key: &str| -> Result<Option<Vec<String>>, InjectError> {
+        match main.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Sequence(items)) => items
+                .iter()
+                .map(|w| match w {
+                    Value::String(s) => Ok(s.clone()),
+                    Value::Number(n) => Ok(n.to_string()),
+                    Value::Bool(b) => Ok(b.to_string()),
+                    _ => Err(target.error(format!("container {key} holds a non-string item"))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(target.error(format!("container {key} is not a list"))),
+        }
+    };
+    let command = words("command")?.filter(|c| !c.is_empty());
+    let args = words("args")?.unwrap_or_default();
+    let program = match (&opts.app_command, command) {
+        (Some(explicit), _) => explicit.clone(),
+        (None, Some(command)) => command,
+        (None, None) if opts.container == DEFAULT_CONTAINER => PASSMOWER_APP_COMMAND
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        (None, None) => {
+            return Err(InjectError::NoCommand {
+                document: target.document,
+                workload: target.describe(),
+                container: opts.container.clone(),
+            })
+        }
+    };
+
+    let leader_selector = leader_selector(main, target, opts, warnings)?;
+    if main
+        .get("env")
+        .and_then(Value::as_sequence)
+        .is_some_and(Vec::is_empty)
+    {
+        main.remove("env");
+    }
+    let mut supervise = vec![
+        "supervise".to_owned(),
+        format!("--flag-file={FLAG_DIR}/grant.json"),
+        format!("--listen=127.0.0.1:{}", opts.toggle_port),
+        format!("--kill-grace={}", duration_flag(opts.kill_grace)),
+        format!("--leader-env={SELECTOR_VAR}={leader_selector}"),
+        format!("--follower-env={SELECTOR_VAR}={}", opts.idle_namespace),
+        "--".to_owned(),
+    ];
+    supervise.extend(program);
+    supervise.extend(args);
+
+    main.insert(
+        "command".into(),
+        Value::Sequence(vec![format!("{BIN_DIR}/passmower-elector").into()]),
+    );
+    main.insert(
+        "args".into(),
+        Value::Sequence(supervise.into_iter().map(Value::from).collect()),
+    );
+    let mounts = [
+        VolumeMount {
+            name: FLAG_VOLUME.into(),
+            mount_path: FLAG_DIR.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: BIN_VOLUME.into(),
+            mount_path: BIN_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ];
+    for mount in mounts {
+        append(main, "volumeMounts", to_value(&mount))
+            .map_err(|()| target.error("container volumeMounts is not a list"))?;
+    }
+    Ok(())
+}
+
+/// Works out the leader's NAMESPACE_SELECTOR and removes the variable from the container's
+/// own env (the supervisor sets it per mode). A `valueFrom` source cannot be read here, so it
+/// moves to [`LEADER_SELECTOR_VAR`] and the leader value becomes `$(VAR)`, which the kubelet
+/// expands in the container's arguments at start.
+fn leader_selector(
+    main: &mut Mapping,
+    target: &Target,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> Result<String, InjectError> {
+    let has_env_from = main
+        .get("envFrom")
+        .and_then(Value::as_sequence)
+        .is_some_and(|s| !s.is_empty());
+    let env = match main.get_mut("env") {
+        None | Some(Value::Null) => None,
+        Some(Value::Sequence(env)) => Some(env),
+        Some(_) => return Err(target.error("container env is not a list")),
+    };
+    let Some(env) = env else {
+        return Ok(default_selector(target, opts, has_env_from, warnings));
+    };
+    let position = env
+        .iter()
+        .rposition(|e| str_at(e, &["name"]) == Some(SELECTOR_VAR));
+    let Some(position) = position else {
+        return Ok(default_selector(target, opts, has_env_from, warnings));
+    };
+    // Kubernetes keeps the last of duplicate entries; drop every other one.
+    let last = env.remove(position);
+    env.retain(|e| str_at(e, &["name"]) != Some(SELECTOR_VAR));
+    if let Some(explicit) = &opts.namespace_selector {
+        return Ok(explicit.clone());
+    }
+    if let Some(source) = last.get("valueFrom").filter(|v| !v.is_null()) {
+        let optional = ["configMapKeyRef", "secretKeyRef"].iter().any(|r| {
+            source
+                .get(r)
+                .and_then(|r| r.get("optional"))
+                .and_then(Value::as_bool)
+                == Some(true)
+        });
+        if optional {
+            return Err(target.error(format!(
+                "{SELECTOR_VAR} comes from an optional valueFrom reference, which cannot be \
+                 wrapped (when the key is missing the leader would get a literal \
+                 $({LEADER_SELECTOR_VAR})); pass --namespace-selector or make it non-optional"
+            )));
+        }
+        let mut renamed = last;
+        if let Some(m) = renamed.as_mapping_mut() {
+            m.insert("name".into(), LEADER_SELECTOR_VAR.into());
+        }
+        env.insert(position.min(env.len()), renamed);
+        return Ok(format!("$({LEADER_SELECTOR_VAR})"));
+    }
+    Ok(last
+        .get("value")
+        .and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
+fn default_selector(
+    target: &Target,
+    opts: &InjectOptions,
+    has_env_from: bool,
+    warnings: &mut Vec<String>,
+) -> String {
+    if let Some(explicit) = &opts.namespace_selector {
+        return explicit.clone();
+    }
+    if has_env_from {
+        warnings.push(format!(
+            "{}: container {:?} sets no {SELECTOR_VAR} but has envFrom; if that supplies \
+             {SELECTOR_VAR}, the leader now gets `*` instead: pass --namespace-selector",
+            target.describe(),
+            opts.container
+        ));
+    }
+    "*".to_owned()
+}
+
+fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
+    let field_env = |name: &str, path: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let probe = |path: &str, period: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String(PROBE_PORT_NAME.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Default::default()
+    };
+    Container {
+        name: ELECTOR_CONTAINER.into(),
+        image: Some(opts.image.clone()),
+        command: Some(vec![IMAGE_BINARY.into()]),
+        args: Some(vec![
+            "elect".into(),
+            format!("--lease-name={}", info.lease),
+            format!("--lease-duration={}", duration_flag(opts.lease_duration)),
+            format!("--renew-deadline={}", duration_flag(opts.renew_deadline)),
+            format!("--retry-period={}", duration_flag(opts.retry_period)),
+            format!("--kill-grace={}", duration_flag(opts.kill_grace)),
+            format!("--flag-file={FLAG_DIR}/grant.json"),
+            format!("--toggle-url=http://127.0.0.1:{}/grant", opts.toggle_port),
+            format!("--probe-addr=0.0.0.0:{}", opts.probe_port),
+        ]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(PROBE_PORT_NAME.into()),
+            container_port: i32::from(opts.probe_port),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        liveness_probe: Some(probe("/healthz", 10)),
+        readiness_probe: Some(probe("/readyz", 5)),
+        resources: Some(
+            opts.sidecar_resources
+                .clone()
+                .unwrap_or_else(|| resources("32Mi", "128Mi")),
+        ),
+        security_context: Some(security_context(opts)),
+        volume_mounts: Some(vec![VolumeMount {
+            name: FLAG_VOLUME.into(),
+            mount_path: FLAG_DIR.into(),
+            ..Default::default()
+        }]),
+        // A native sidecar: started before the app containers, stopped after them, restarted
+        // on its own when it dies.
+        restart_policy: (!opts.classic_sidecar).then(|| "Always".into()),
+        ..Default::default()
+    }
+}
+
+fn install_container(opts: &InjectOptions) -> Container {
+    Container {
+        name: INSTALL_CONTAINER.into(),
+        image: Some(opts.image.clone()),
+        command: Some(vec![IMAGE_BINARY.into()]),
+        args: Some(vec![
+            "copy-self".into(),
+            format!("{BIN_DIR}/passmower-elector"),
+        ]),
+        resources: Some(resources("16Mi", "64Mi")),
+        security_context: Some(security_context(opts)),
+        volume_mounts: Some(vec![VolumeMount {
+            name: BIN_VOLUME.into(),
+            mount_path: BIN_DIR.into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+fn volumes() -> [Volume; 2] {
+    let memory = |name: &str, limit: &str| Volume {
+        name: name.into(),
+        // Memory-backed: the grant must not outlive the node's boot (its expiry is on
+        // CLOCK_BOOTTIME), and the binary has no business on a node's disk.
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(Quantity(limit.into())),
+        }),
+        ..Default::default()
+    };
+    [memory(FLAG_VOLUME, "1Mi"), memory(BIN_VOLUME, "64Mi")]
+}
+
+fn resources(memory_request: &str, memory_limit: &str) -> ResourceRequirements {
+    let map = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect()
+    };
+    ResourceRequirements {
+        requests: Some(map(&[("cpu", "10m"), ("memory", memory_request)])),
+        limits: Some(map(&[("cpu", "200m"), ("memory", memory_limit)])),
+        ..Default::default()
+    }
+}
+
+fn security_context(opts: &InjectOptions) -> SecurityContext {
+    opts.sidecar_security_context
+        .clone()
+        .unwrap_or_else(restricted_security_context)
+}
+
+/// The Pod Security Standards "restricted" profile.
+fn restricted_security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(SIDECAR_UID),
+        run_as_group: Some(SIDECAR_UID),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A duration as the roles' flags take it: `15s`, `1m30s`, `1s500ms`.
+pub fn duration_flag(d: Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Converts a typed object to YAML, with `name` first in every mapping (as people write it).
+pub fn to_value<T: serde::Serialize>(typed: &T) -> Value {
+    let mut value = serde_norway::to_value(typed).unwrap_or_default();
+    super::rbac::reorder(&mut value);
+    value
+}
+
+/// The mapping at `path` below `root`, created (as empty mappings) where missing or null.
+fn child_mapping<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Mapping> {
+    let mut current = root;
+    for key in path {
+        let map = current.as_mapping_mut()?;
+        let slot = map
+            .entry(Value::from(*key))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        if slot.is_null() {
+            *slot = Value::Mapping(Mapping::new());
+        }
+        current = slot;
+    }
+    current.as_mapping_mut()
+}
+
+/// Appends to the list under `key`, creating it when absent or null.
+fn append(map: &mut Mapping, key: &str, item: Value) -> Result<(), ()> {
+    let slot = map
+        .entry(Value::from(key))
+        .or_insert_with(|| Value::Sequence(Vec::new()));
+    if slot.is_null() {
+        *slot = Value::Sequence(Vec::new());
+    }
+    slot.as_sequence_mut().ok_or(())?.push(item);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::yaml::parse_stream;
+
+    fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
+        let docs = parse_stream(text).unwrap();
+        let target = Target::find(&docs[0], opts).unwrap().expect("a target");
+        (docs[0].value.clone(), target)
+    }
+
+    const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pm
+spec:
+  selector:
+    matchLabels: {app: pm}
+  template:
+    spec:
+      containers:
+      - name: passmower
+        image: passmower:2.2.0
+";
+
+    fn rewritten(text: &str, opts: &InjectOptions) -> (Value, Vec<String>) {
+        let (mut value, target) = target_of(text, opts);
+        let mut warnings = Vec::new();
+        rewrite(&mut value, &target, opts, &mut warnings).unwrap();
+        (value, warnings)
+    }
+
+    fn main_args(value: &Value) -> Vec<String> {
+        at(value, &["spec", "template", "spec", "containers"]).unwrap()[0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn durations_round_trip_through_the_flag_form() {
+        for d in [
+            Duration::from_secs(15),
+            Duration::from_secs(90),
+            Duration::from_millis(1500),
+        ] {
+            let text = duration_flag(d);
+            assert!(!text.contains(' '));
+            assert_eq!(crate::config::parse_positive_duration(&text), Ok(d));
+        }
+    }
+
+    #[test]
+    fn other_kinds_and_containers_are_not_targets() {
+        let docs = parse_stream(&DEPLOYMENT.replace("name: passmower", "name: other")).unwrap();
+        assert!(Target::find(&docs[0], &InjectOptions::default())
+            .unwrap()
+            .is_none());
+        let sts = DEPLOYMENT.replace("kind: Deployment", "kind: StatefulSet");
+        let docs = parse_stream(&sts).unwrap();
+        assert!(Target::find(&docs[0], &InjectOptions::default())
+            .unwrap()
+            .is_none());
+        let opts = InjectOptions {
+            kinds: vec![WorkloadKind::StatefulSet],
+            ..Default::default()
+        };
+        assert!(Target::find(&docs[0], &opts).unwrap().is_some());
+    }
+
+    #[test]
+    fn container_without_command_gets_passmowers_default() {
+        let (value, _) = rewritten(DEPLOYMENT, &InjectOptions::default());
+        let args = main_args(&value);
+        let dashdash = args.iter().position(|a| a == "--").unwrap();
+        assert_eq!(args[dashdash + 1..], PASSMOWER_APP_COMMAND[..]);
+        assert!(args.contains(&"--leader-env=NAMESPACE_SELECTOR=*".to_owned()));
+    }
+
+    #[test]
+    fn other_container_without_command_is_an_error() {
+        let text = DEPLOYMENT.replace("name: passmower", "name: app");
+        let opts = InjectOptions {
+            container: "app".into(),
+            ..Default::default()
+        };
+        let (mut value, target) = target_of(&text, &opts);
+        let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
+        assert!(matches!(err, InjectError::NoCommand { .. }), "{err}");
+    }
+
+    #[test]
+    fn value_from_selector_is_expanded_by_the_kubelet() {
+        let text = format!(
+            "{DEPLOYMENT}        env:
+        - name: NAMESPACE_SELECTOR
+          valueFrom:
+            configMapKeyRef: {{name: c, key: k}}
+"
+        );
+        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let args = main_args(&value);
+        assert!(args.contains(&format!(
+            "--leader-env=NAMESPACE_SELECTOR=$({LEADER_SELECTOR_VAR})"
+        )));
+        let env = at(&value, &["spec", "template", "spec", "containers"]).unwrap()[0]["env"]
+            .as_sequence()
+            .unwrap()
+            .clone();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0]["name"].as_str(), Some(LEADER_SELECTOR_VAR));
+    }
+
+    #[test]
+    fn optional_value_from_selector_is_refused() {
+        let text = format!(
+            "{DEPLOYMENT}        env:
+        - name: NAMESPACE_SELECTOR
+          valueFrom:
+            secretKeyRef: {{name: c, key: k, optional: true}}
+"
+        );
+        let opts = InjectOptions::default();
+        let (mut value, target) = target_of(&text, &opts);
+        let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("--namespace-selector"), "{err}");
+    }
+
+    #[test]
+    fn grace_period_covers_kill_grace_and_release() {
+        let text = DEPLOYMENT.replace(
+            "      containers:",
+            "      terminationGracePeriodSeconds: 60\n      containers:",
+        );
+        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let grace = at(
+            &value,
+            &["spec", "template", "spec", "terminationGracePeriodSeconds"],
+        )
+        .and_then(Value::as_u64);
+        assert_eq!(grace, Some(60 + 3 + RELEASE_ALLOWANCE_SECONDS));
+    }
+
+    #[test]
+    fn classic_sidecar_is_a_plain_container() {
+        let opts = InjectOptions {
+            classic_sidecar: true,
+            ..Default::default()
+        };
+        let (value, _) = rewritten(DEPLOYMENT, &opts);
+        let pod = at(&value, &["spec", "template", "spec"]).unwrap();
+        let containers = pod["containers"].as_sequence().unwrap();
+        assert_eq!(containers[1]["name"].as_str(), Some(ELECTOR_CONTAINER));
+        assert!(containers[1].get("restartPolicy").is_none());
+        assert_eq!(pod["initContainers"].as_sequence().unwrap().len(), 1);
+    }
+}

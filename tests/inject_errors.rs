@@ -1,0 +1,114 @@
+//! Bad input to `passmower-elector inject`: each case exits 2, prints nothing on stdout (no
+//! partial output for a pipe to apply) and says on stderr what is wrong and where.
+
+mod inject_support;
+
+use inject_support::{golden, run, ExitStatus};
+
+/// Runs inject, asserts exit 2 with empty stdout, returns stderr.
+fn refused(args: &[&str], input: &str, env: &[(&str, &str)]) -> String {
+    let out = run(args, input, env);
+    assert_eq!(out.status, ExitStatus::Code(2), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, "", "a refused injection must print nothing");
+    assert!(!out.stderr.is_empty());
+    out.stderr
+}
+
+#[test]
+fn invalid_yaml_names_the_document_and_line() {
+    // A valid target comes first: its output must not leak out before the error is found.
+    let input = format!(
+        "{}---\napiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n  b: 3\n",
+        golden("passmower.in.yaml")
+    );
+    let stderr = refused(&["inject"], &input, &[]);
+    // libyaml notices the unclosed `[` on the line after it.
+    let broken_line = input.lines().count();
+    assert!(stderr.contains("document 4"), "{stderr}");
+    assert!(stderr.contains(&format!("line {broken_line}")), "{stderr}");
+}
+
+#[test]
+fn no_target_is_an_error_without_allow_none() {
+    let stderr = refused(&["inject"], &golden("no-target.in.yaml"), &[]);
+    assert!(stderr.contains("no target"), "{stderr}");
+    assert!(stderr.contains("--allow-none"), "{stderr}");
+}
+
+#[test]
+fn empty_input_has_no_target() {
+    refused(&["inject"], "", &[]);
+}
+
+#[test]
+fn target_injected_by_an_incompatible_version_is_refused() {
+    let input = golden("already-injected.in.yaml").replace(
+        "passmower-elector.io/injected: 0.1.0",
+        "passmower-elector.io/injected: 9.0.0",
+    );
+    assert!(input.contains("injected: 9.0.0"));
+    let stderr = refused(&["inject"], &input, &[]);
+    assert!(stderr.contains("9.0.0"), "{stderr}");
+    assert!(stderr.contains("Deployment/passmower"), "{stderr}");
+}
+
+#[test]
+fn container_without_command_and_no_app_command_is_refused() {
+    let input = golden("statefulset.in.yaml");
+    let stderr = refused(
+        &["inject", "--kind", "StatefulSet", "--container", "app"],
+        &input,
+        &[],
+    );
+    assert!(stderr.contains("--app-command"), "{stderr}");
+    assert!(stderr.contains("StatefulSet/idp"), "{stderr}");
+}
+
+#[test]
+fn optional_value_from_selector_cannot_be_wrapped() {
+    let input = golden("mixed.in.yaml").replace(
+        "key: namespaceSelector",
+        "key: namespaceSelector\n              optional: true",
+    );
+    let stderr = refused(&["inject"], &input, &[]);
+    assert!(stderr.contains("optional"), "{stderr}");
+    assert!(stderr.contains("--namespace-selector"), "{stderr}");
+}
+
+#[test]
+fn idle_namespace_must_be_a_namespace_name() {
+    let input = golden("passmower.in.yaml");
+    for bad in ["*", "a,b", "Idle", "-idle"] {
+        let flag = format!("--idle-namespace={bad}");
+        let stderr = refused(&["inject", &flag], &input, &[]);
+        assert!(stderr.contains("--idle-namespace"), "{stderr}");
+    }
+    let stderr = refused(&["inject"], &input, &[("ELECTOR_IDLE_NAMESPACE", "x*")]);
+    assert!(stderr.contains("--idle-namespace"), "{stderr}");
+}
+
+#[test]
+fn unsafe_timings_are_refused() {
+    let stderr = refused(
+        &["inject", "--renew-deadline", "14s"],
+        &golden("passmower.in.yaml"),
+        &[],
+    );
+    assert!(stderr.contains("--renew-deadline"), "{stderr}");
+}
+
+#[test]
+fn unreadable_file_is_a_configuration_error() {
+    let stderr = refused(&["inject", "-f", "/nonexistent/manifests.yaml"], "", &[]);
+    assert!(stderr.contains("/nonexistent/manifests.yaml"), "{stderr}");
+}
+
+#[test]
+fn foreign_object_with_a_generated_name_is_refused() {
+    let input = format!(
+        "{}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: passmower-elector\nrules: []\n",
+        golden("passmower.in.yaml")
+    );
+    let stderr = refused(&["inject"], &input, &[]);
+    assert!(stderr.contains("Role passmower-elector"), "{stderr}");
+}

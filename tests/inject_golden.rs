@@ -1,0 +1,198 @@
+//! Golden tests of `passmower-elector inject`: each input under tests/golden/inject/ is run
+//! through the binary and compared with its `.out.yaml`. `UPDATE_GOLDEN=1 cargo test --test
+//! inject_golden` rewrites the expected files instead of comparing (review the diff!).
+
+mod inject_support;
+
+use inject_support::{golden, golden_path, run, ExitStatus};
+use passmower_elector::inject::{inject_str, InjectOptions, WorkloadKind};
+
+/// Compares `actual` with the golden file `name`, or rewrites it under UPDATE_GOLDEN=1.
+fn check_golden(name: &str, actual: &str) {
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = golden(name);
+    if expected != actual {
+        let line = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{name} differs from the output at line {}:\n  expected: {:?}\n  actual:   {:?}\n\
+             (UPDATE_GOLDEN=1 regenerates the golden files)\n--- actual output ---\n{actual}",
+            line + 1,
+            expected.lines().nth(line),
+            actual.lines().nth(line),
+        );
+    }
+}
+
+fn inject_ok(args: &[&str], input: &str) -> String {
+    let out = run(args, input, &[]);
+    assert_eq!(out.status, ExitStatus::Code(0), "stderr: {}", out.stderr);
+    out.stdout
+}
+
+#[test]
+fn passmower_deployment_gets_sidecar_supervisor_and_rbac() {
+    let output = inject_ok(&["inject"], &golden("passmower.in.yaml"));
+    check_golden("passmower.out.yaml", &output);
+    // The main container no longer carries NAMESPACE_SELECTOR: the supervisor sets it per mode.
+    let docs: Vec<&str> = output.split("\n---\n").collect();
+    let deployment = docs
+        .iter()
+        .find(|d| d.contains("kind: Deployment"))
+        .expect("the deployment");
+    assert!(!deployment.contains("- name: NAMESPACE_SELECTOR"));
+    assert!(deployment.contains("--leader-env=NAMESPACE_SELECTOR=*"));
+    assert!(deployment
+        .contains("--follower-env=NAMESPACE_SELECTOR=passmower-elector-idle-never-create"));
+}
+
+#[test]
+fn classic_sidecar_with_idle_namespace_policy() {
+    let output = inject_ok(
+        &[
+            "inject",
+            "--classic-sidecar",
+            "--deny-idle-namespace",
+            "--idle-namespace",
+            "pm-idle-never-create",
+            "--image",
+            "registry.example.com/passmower-elector:test",
+        ],
+        &golden("passmower.in.yaml"),
+    );
+    check_golden("passmower-classic.out.yaml", &output);
+    assert!(output.contains("kind: ValidatingAdmissionPolicy\n"));
+    assert!(output.contains("object.metadata.name != 'pm-idle-never-create'"));
+    assert!(!output.contains("restartPolicy: Always"));
+}
+
+#[test]
+fn mixed_stream_passes_other_documents_byte_for_byte() {
+    let input = golden("mixed.in.yaml");
+    let output = inject_ok(&["inject"], &input);
+    check_golden("mixed.out.yaml", &output);
+    // Everything before the Passmower document (ConfigMap, Service, Redis, an empty document)
+    // is the input's text, comments and flow style included.
+    let target_start = input
+        .find("# Passmower with a command")
+        .expect("marker comment in mixed.in.yaml");
+    assert_eq!(output[..target_start], input[..target_start]);
+}
+
+#[test]
+fn already_injected_stream_is_left_as_it_is() {
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        let fresh = inject_ok(&["inject"], &golden("passmower.in.yaml"));
+        std::fs::write(golden_path("already-injected.in.yaml"), fresh).expect("write");
+    }
+    let input = golden("already-injected.in.yaml");
+    assert_eq!(inject_ok(&["inject"], &input), input);
+}
+
+#[test]
+fn statefulset_with_another_container_name() {
+    let output = inject_ok(
+        &[
+            "inject",
+            "--kind",
+            "StatefulSet",
+            "--container",
+            "app",
+            "--app-command",
+            "/usr/bin/idp serve",
+        ],
+        &golden("statefulset.in.yaml"),
+    );
+    check_golden("statefulset.out.yaml", &output);
+    assert!(output.contains("--leader-env=NAMESPACE_SELECTOR=team-a,team-b"));
+    assert!(
+        !output.contains("strategy:"),
+        "StatefulSets keep their own update strategy"
+    );
+}
+
+#[test]
+fn no_target_passes_through_with_allow_none() {
+    let input = golden("no-target.in.yaml");
+    assert_eq!(inject_ok(&["inject", "--allow-none"], &input), input);
+    let out = run(&["inject"], &input, &[("ELECTOR_ALLOW_NONE", "true")]);
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert_eq!(out.stdout, input);
+}
+
+#[test]
+fn injecting_twice_equals_injecting_once() {
+    let cases: [(&str, InjectOptions); 4] = [
+        ("passmower.in.yaml", InjectOptions::default()),
+        ("mixed.in.yaml", InjectOptions::default()),
+        (
+            "passmower.in.yaml",
+            InjectOptions {
+                classic_sidecar: true,
+                deny_idle_namespace: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "statefulset.in.yaml",
+            InjectOptions {
+                kinds: vec![WorkloadKind::StatefulSet],
+                container: "app".into(),
+                app_command: Some(vec!["/usr/bin/idp".into()]),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (name, opts) in cases {
+        let once = inject_str(&golden(name), &opts).expect("first injection");
+        let twice = inject_str(&once, &opts).expect("second injection");
+        assert_eq!(once, twice, "{name}: inject(inject(x)) != inject(x)");
+    }
+}
+
+#[test]
+fn file_and_stdin_give_the_same_output() {
+    let path = golden_path("passmower.in.yaml");
+    let from_file = inject_ok(&["inject", "-f", path.to_str().expect("utf-8 path")], "");
+    assert_eq!(
+        from_file,
+        inject_ok(&["inject"], &golden("passmower.in.yaml"))
+    );
+}
+
+#[test]
+fn workload_only_leaves_rbac_and_pdb_to_the_chart() {
+    let output = inject_ok(&["inject", "--workload-only"], &golden("passmower.in.yaml"));
+    assert!(output.contains("passmower-elector.io/injected"));
+    for kind in ["Role", "RoleBinding", "PodDisruptionBudget"] {
+        assert!(
+            !output.contains(&format!("kind: {kind}\n")),
+            "{kind} emitted"
+        );
+    }
+}
+
+#[test]
+fn retrofit_example_output_is_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/retrofit-passmower");
+    let input = std::fs::read_to_string(dir.join("passmower-deployment.yaml")).expect("example");
+    let output = inject_ok(&["inject", "--deny-idle-namespace"], &input);
+    let expected_path = dir.join("passmower-deployment.injected.yaml");
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        std::fs::write(&expected_path, &output).expect("write example output");
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).expect("example output");
+    assert!(
+        expected == output,
+        "examples/retrofit-passmower/passmower-deployment.injected.yaml is stale \
+         (UPDATE_GOLDEN=1 regenerates it)"
+    );
+}
