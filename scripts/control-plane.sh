@@ -36,8 +36,10 @@ cp_start() {
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "default=http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &
   echo $! >>"$dir/pids"
+  disown
   "$bins/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --secure-port "$api_port" \
+    --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
     --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
     --client-ca-file "$dir/ca.crt" --token-auth-file "$dir/tokens.csv" \
     --authorization-mode Node,RBAC \
@@ -45,6 +47,7 @@ cp_start() {
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
     --disable-admission-plugins ServiceAccount >"$dir/apiserver.log" 2>&1 &
   echo $! >>"$dir/pids"
+  disown
   echo "https://127.0.0.1:$api_port" >"$dir/server"
   cat >"$dir/admin.kubeconfig" <<KC
 apiVersion: v1

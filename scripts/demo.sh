@@ -49,11 +49,13 @@ start_pod() {
     -- sh -c 'echo "$(date +%T.%3N) pid $$ started as $APP_MODE" >>app.log; exec sleep 100000' \
     >"$dir/supervise.log" 2>&1) &
   SUPERVISOR_PID[$pod]=$!
+  disown  # we stop it by PID ourselves; no job-control notices
   KUBECONFIG="$DEMO/admin.kubeconfig" POD_NAME="$pod" POD_NAMESPACE=demo \
     "$BIN" elect --lease-name passmower --flag-file "$dir/grant.json" \
     --toggle-url "http://127.0.0.1:${TOGGLE[$pod]}/grant" --probe-addr "127.0.0.1:${PROBE[$pod]}" \
     "${TIMING[@]}" >"$dir/elect.log" 2>&1 &
   ELECTOR_PID[$pod]=$!
+  disown
 }
 
 show() {
@@ -63,7 +65,7 @@ show() {
     leader="$(curl -fsS -m 1 "http://127.0.0.1:${PROBE[$pod]}/leader" 2>/dev/null || echo '{}')"
     mode="$(curl -fsS -m 1 "http://127.0.0.1:${TOGGLE[$pod]}/mode" 2>/dev/null || echo '{}')"
     printf '%-6s %-9s %-9s %-10s %s\n' "$pod" \
-      "$(jq_get "$leader" is_leader | sed 's/true/leader/;s/false/follower/;s/^$/(down)/')" \
+      "$(jq_get "$leader" is_leader | sed 's/True/leader/;s/False/follower/;s/^$/(down)/')" \
       "$(jq_get "$mode" mode)" "$(jq_get "$mode" child_pid)" "$(jq_get "$leader" holder)"
   done
 }
