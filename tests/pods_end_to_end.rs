@@ -1,0 +1,293 @@
+//! Whole pods against the real kube-apiserver: in each, the real elector pushes to the real
+//! supervisor, which runs a recording stand-in app. What matters is what the apps did: the old
+//! leader's app must be gone before another pod's app starts in leader mode.
+
+mod support;
+mod support_supervise;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use nix::sys::signal::Signal;
+
+use support::{wait_until, Cluster, ElectorProcess, TestNs};
+use support_supervise::{Sandbox, Supervisor};
+
+const POLL: Duration = Duration::from_millis(10);
+
+/// What a stand-in app recorded: its pid, the mode it ran in, and when it started and stopped
+/// (CLOCK_BOOTTIME seconds from /proc/uptime; the margins checked are a second or more).
+#[derive(Clone, Debug)]
+struct AppRun {
+    pid: i32,
+    role: String,
+    start: f64,
+    stop: Option<f64>,
+}
+
+struct Pod {
+    name: String,
+    sandbox: Sandbox,
+    supervisor: Supervisor,
+    elector: Option<ElectorProcess>,
+}
+
+impl Pod {
+    fn start(name: &str, ns: &TestNs) -> Pod {
+        let sandbox = Sandbox::new();
+        let records = sandbox.path("runs");
+        let app = sandbox.script(
+            "app.sh",
+            &format!(
+                r#"now() {{ cut -d' ' -f1 /proc/uptime; }}
+echo "start $$ $ROLE $(now)" >> {records}
+trap 'echo "stop $$ $ROLE $(now)" >> {records}; exit 0' TERM
+while :; do sleep 0.05 & wait $!; done"#,
+                records = records.display()
+            ),
+        );
+        let app = app.to_string_lossy().into_owned();
+        let supervisor = Supervisor::start(
+            &sandbox,
+            &[
+                "--leader-env",
+                "ROLE=leader",
+                "--follower-env",
+                "ROLE=follower",
+                "--kill-grace",
+                "1s",
+            ],
+            &[&app],
+        );
+        let mut pod = Pod {
+            name: name.to_owned(),
+            sandbox,
+            supervisor,
+            elector: None,
+        };
+        pod.start_elector(ns);
+        pod
+    }
+
+    fn start_elector(&mut self, ns: &TestNs) {
+        let flag = self.sandbox.flag_file().to_string_lossy().into_owned();
+        let toggle = format!("http://127.0.0.1:{}/grant", self.supervisor.port);
+        self.elector = Some(ElectorProcess::elect(
+            &self.name,
+            ns,
+            &[
+                "--lease-name",
+                &ns.lease_name,
+                "--lease-duration",
+                "4s",
+                "--renew-deadline",
+                "1500ms",
+                "--retry-period",
+                "300ms",
+                "--kill-grace",
+                "1s",
+                "--probe-addr",
+                "127.0.0.1:0",
+                "--flag-file",
+                &flag,
+                "--toggle-url",
+                &toggle,
+            ],
+        ));
+    }
+
+    fn elector(&mut self) -> &mut ElectorProcess {
+        self.elector.as_mut().expect("elector running")
+    }
+
+    fn runs(&self) -> Vec<AppRun> {
+        let mut runs: Vec<AppRun> = Vec::new();
+        for line in self.sandbox.lines("runs") {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [kind, pid, role, at] = f.as_slice() else {
+                continue;
+            };
+            let (Ok(pid), Ok(at)) = (pid.parse::<i32>(), at.parse::<f64>()) else {
+                continue;
+            };
+            match *kind {
+                "start" => runs.push(AppRun {
+                    pid,
+                    role: role.to_string(),
+                    start: at,
+                    stop: None,
+                }),
+                "stop" => {
+                    if let Some(run) = runs.iter_mut().find(|r| r.pid == pid) {
+                        run.stop = Some(at);
+                    }
+                }
+                _ => {}
+            }
+        }
+        runs
+    }
+
+    /// The app currently running in leader mode, if any.
+    fn leading_app(&self) -> Option<AppRun> {
+        self.runs()
+            .into_iter()
+            .find(|r| r.role == "leader" && r.stop.is_none())
+    }
+}
+
+async fn released_lease(ns: &TestNs) {
+    let api: Api<Lease> = Api::namespaced(Cluster::shared().admin_client().await, &ns.name);
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(ns.lease_name.clone()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(String::new()),
+            ..Default::default()
+        }),
+    };
+    api.create(&PostParams::default(), &lease)
+        .await
+        .expect("create lease");
+}
+
+fn wait_for_leading_pod(pods: &[Pod], timeout: Duration, other_than: Option<usize>) -> usize {
+    let mut found = None;
+    let ok = wait_until(timeout, POLL, || {
+        found = (0..pods.len()).find(|&i| Some(i) != other_than && pods[i].leading_app().is_some());
+        found.is_some()
+    });
+    assert!(ok, "no pod's app runs in leader mode within {timeout:?}");
+    found.expect("checked")
+}
+
+/// Every pair of leader-mode app runs in different pods is disjoint in time.
+fn assert_leader_runs_disjoint(pods: &[Pod]) {
+    let runs: Vec<(usize, AppRun)> = pods
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.runs()
+                .into_iter()
+                .filter(|r| r.role == "leader")
+                .map(move |r| (i, r))
+        })
+        .collect();
+    for (i, a) in &runs {
+        for (j, b) in &runs {
+            if i < j {
+                let a_end = a.stop.unwrap_or(f64::MAX);
+                let b_end = b.stop.unwrap_or(f64::MAX);
+                assert!(
+                    a_end <= b.start || b_end <= a.start,
+                    "two apps in leader mode at once: pod {i} {a:?} and pod {j} {b:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_elector_demotes_its_app_before_another_pod_promotes() {
+    let ns = Cluster::shared().new_namespace().await;
+    released_lease(&ns).await;
+    let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
+    let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
+    let old_app = pods[first].leading_app().expect("leader app");
+    std::thread::sleep(Duration::from_millis(500));
+    pods[first].elector().signal(Signal::SIGKILL);
+
+    // Nobody tells the supervisor: its own copy of the grant's expiry demotes the app.
+    let next = wait_for_leading_pod(&pods, Duration::from_secs(20), Some(first));
+    let new_app = pods[next].leading_app().expect("new leader app");
+    let old_stop = pods[first]
+        .runs()
+        .into_iter()
+        .find(|r| r.pid == old_app.pid)
+        .and_then(|r| r.stop)
+        .expect("the orphaned leader app was stopped");
+    assert!(
+        old_stop < new_app.start,
+        "old leader app stopped at {old_stop}, new one started at {}",
+        new_app.start
+    );
+    eprintln!(
+        "old leader's app stopped {:.2}s before the new leader's app started",
+        new_app.start - old_stop
+    );
+    assert_eq!(pods[first].supervisor.mode()["mode"], "follower");
+    assert_leader_runs_disjoint(&pods);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_only_after_the_app_has_stopped_and_the_toggle_acked() {
+    let ns = Cluster::shared().new_namespace().await;
+    released_lease(&ns).await;
+    let mut pods = vec![
+        Pod::start("pod-a", &ns),
+        Pod::start("pod-b", &ns),
+        Pod::start("pod-c", &ns),
+    ];
+    let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    pods[first].elector().signal(Signal::SIGTERM);
+    let next = wait_for_leading_pod(&pods, Duration::from_secs(10), Some(first));
+    let handover = started.elapsed();
+    let status = pods[first]
+        .elector()
+        .wait_exit(Duration::from_secs(10))
+        .expect("elector exits");
+    assert!(status.success(), "{status:?}");
+    let logs = pods[first].elector().logs();
+    assert!(
+        logs.contains("consumer acknowledged the demotion") && logs.contains("Toggle"),
+        "{logs}"
+    );
+    assert_ne!(next, first);
+    assert_leader_runs_disjoint(&pods);
+    eprintln!("graceful handover through the toggle ack: {handover:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_sidecar_order_hands_over_through_the_ack_file() {
+    // With a native sidecar the kubelet stops the app container first; the elector hears SIGTERM
+    // only after the supervisor has exited and nobody answers a push any more.
+    let ns = Cluster::shared().new_namespace().await;
+    released_lease(&ns).await;
+    let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
+    let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
+    pods[first].supervisor.signal(Signal::SIGTERM);
+    assert!(
+        pods[first]
+            .supervisor
+            .wait_exit(Duration::from_secs(10))
+            .is_some(),
+        "supervisor exits"
+    );
+    let ack = pods[first].sandbox.ack().expect("ack file");
+    assert_eq!(ack["mode"], "stopped", "{ack}");
+    let started = std::time::Instant::now();
+    pods[first].elector().signal(Signal::SIGTERM);
+    let status = pods[first]
+        .elector()
+        .wait_exit(Duration::from_secs(10))
+        .expect("elector exits");
+    assert!(status.success());
+    let logs = pods[first].elector().logs();
+    assert!(
+        logs.contains("AckFile"),
+        "the elector must take the ack file's word: {logs}"
+    );
+    let next = wait_for_leading_pod(&pods, Duration::from_secs(10), Some(first));
+    assert_ne!(next, first);
+    assert_leader_runs_disjoint(&pods);
+    eprintln!(
+        "handover with the app already stopped (ack file): {:?}",
+        started.elapsed()
+    );
+}
