@@ -71,11 +71,12 @@ impl Pods {
             "300ms",
             "--kill-grace",
             "1s",
-            "--probe-addr",
-            "127.0.0.1:0",
             "--flag-file",
             &flag,
         ];
+        if !extra.contains(&"--probe-addr") {
+            args.extend_from_slice(&["--probe-addr", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(extra);
         let process = ElectorProcess::elect_with_kubeconfig(pod, &self.ns, kubeconfig, &args);
         self.pods.push(process);
@@ -557,6 +558,128 @@ async fn without_update_permission_nobody_ever_leads() {
         .flatten()
         .expect("follower flag file");
     assert_eq!(g.mode, Mode::Follower, "{}", elector.logs());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A plain HTTP/1.0 GET on loopback: status code and body (code 0 when nothing listens).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new()); // not listening yet
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_metrics_and_events_report_the_election() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let (port_a, port_b) = (free_port(), free_port());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    let kubeconfig = pods.ns.elector_kubeconfig.clone();
+    let a = pods.start_with(
+        "pod-a",
+        &kubeconfig,
+        &["--probe-addr", &addr_a, "--log-format", "json"],
+    );
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    pods.start_with("pod-b", &kubeconfig, &["--probe-addr", &addr_b]);
+    let ready = wait_until(Duration::from_secs(10), POLL, || {
+        http_get(port_b, "/readyz").0 == 200
+    });
+    assert!(
+        ready,
+        "follower never ready: {:?}",
+        http_get(port_b, "/readyz")
+    );
+
+    let (code, body) = http_get(port_a, "/leader");
+    assert_eq!(code, 200);
+    let view: serde_json::Value = serde_json::from_str(&body).expect("/leader is JSON");
+    let holder = pods.grant(a).expect("grant").holder;
+    assert_eq!(view["is_leader"], true, "{view}");
+    assert_eq!(view["holder"], holder.as_str());
+    assert!(view["grant_expires_at"].is_string(), "{view}");
+    let (_, body) = http_get(port_b, "/leader");
+    let follower: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(follower["is_leader"], false);
+    assert_eq!(
+        follower["holder"],
+        holder.as_str(),
+        "followers name the leader"
+    );
+
+    assert_eq!(http_get(port_a, "/healthz").0, 200);
+    assert_eq!(http_get(port_a, "/readyz").0, 200);
+    let (code, metrics) = http_get(port_a, "/metrics");
+    assert_eq!(code, 200);
+    for line in [
+        "passmower_elector_is_leader 1",
+        "passmower_elector_leader_transitions_total{direction=\"became\"} 1",
+        "passmower_elector_renew_duration_seconds_count",
+        "passmower_elector_grant_expiry_timestamp_seconds",
+    ] {
+        assert!(
+            metrics.contains(line),
+            "/metrics lacks {line:?}:\n{metrics}"
+        );
+    }
+    let (_, follower_metrics) = http_get(port_b, "/metrics");
+    assert!(
+        follower_metrics.contains("passmower_elector_is_leader 0"),
+        "{follower_metrics}"
+    );
+    assert_eq!(http_get(port_a, "/nope").0, 404);
+
+    // One JSON object per log line, with the transition and its reason.
+    let (_, stderr) = pods.pods[a].log_paths();
+    let logs = std::fs::read_to_string(stderr).expect("logs");
+    let became: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("every log line is JSON"))
+        .filter(|v| v["message"] == "became leader")
+        .collect();
+    assert_eq!(became.len(), 1, "{logs}");
+
+    // The BecameLeader Event on the Lease.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(Cluster::shared().admin_client().await, &pods.ns.name);
+    let mut found = false;
+    for _ in 0..50 {
+        let list = events.list(&Default::default()).await.expect("list events");
+        found = list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("BecameLeader")
+                && e.involved_object.name.as_deref() == Some(pods.ns.lease_name.as_str())
+                && e.message.as_deref().is_some_and(|m| m.contains(&holder))
+        });
+        if found {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(found, "no BecameLeader event for {holder}");
+    pods.finish();
 }
 
 #[test]
