@@ -1,0 +1,94 @@
+//! Handing the Lease over: on SIGTERM/SIGINT, and after failing closed. Demote, wait for the
+//! consumer's ack (toggle 2xx or ack file) or kill grace, then release.
+
+use std::process::ExitCode;
+
+use futures_util::StreamExt;
+use signal_hook_tokio::Signals;
+
+use super::Elector;
+use crate::clock::BootInstant;
+use crate::elect::outputs::AckSource;
+use crate::election::lease_api::LeaseApiError;
+use crate::election::record::{self, Observed};
+use crate::election::StopReason;
+
+impl Elector {
+    /// Whether the Lease, as we last saw it, names us.
+    pub(super) fn named_in_lease(&self) -> bool {
+        self.candidate.observed().and_then(Observed::holder) == Some(self.candidate.holder_id())
+    }
+
+    /// SIGTERM/SIGINT: demote, wait for the consumer's ack (or kill grace), release, exit 0.
+    pub(super) async fn shutdown(mut self, signals: &mut Signals) -> ExitCode {
+        if self.candidate.is_leader() || self.named_in_lease() {
+            if !self.hand_over(Some(signals)).await {
+                return ExitCode::FAILURE;
+            }
+        } else {
+            self.publish_follower();
+        }
+        tracing::info!("elector stopped");
+        ExitCode::SUCCESS
+    }
+
+    /// Demotes, waits for the ack, then releases the Lease. Returns false when a second signal
+    /// cut the wait short (the Lease is then left to expire).
+    pub(super) async fn hand_over(&mut self, signals: Option<&mut Signals>) -> bool {
+        let now = BootInstant::now();
+        if let Some(t) = self.candidate.demote(StopReason::Shutdown) {
+            self.apply(t, now);
+        }
+        // A fresh demotion stamp, so the ack we wait for is for this very object.
+        let Some(order) = self.publish_follower() else {
+            return true;
+        };
+        let demoted_at = BootInstant::now();
+        let deadline = demoted_at.saturating_add(self.candidate.timing().kill_grace);
+        let ack = match signals {
+            Some(signals) => tokio::select! {
+                ack = self.outputs.wait_for_demotion_ack(order, deadline) => ack,
+                _ = signals.next() => {
+                    tracing::warn!("second signal: exiting at once without releasing the Lease");
+                    return false;
+                }
+            },
+            None => self.outputs.wait_for_demotion_ack(order, deadline).await,
+        };
+        let waited = BootInstant::now().saturating_since(demoted_at);
+        match ack {
+            AckSource::KillGrace => {
+                tracing::info!(?waited, "no ack from the consumer; kill grace has passed")
+            }
+            source => tracing::info!(?source, ?waited, "consumer acknowledged the demotion"),
+        }
+        self.release().await;
+        true
+    }
+
+    /// Releases the Lease if it still names us: holder "" and a one-second duration.
+    pub(super) async fn release(&mut self) {
+        for _ in 0..3 {
+            if !self.named_in_lease() {
+                return;
+            }
+            let Some(current) = self.current.clone() else {
+                return;
+            };
+            match self.api.replace(&record::released(&current)).await {
+                Ok(lease) => {
+                    tracing::info!(lease = %self.api.reference(), "released the Lease");
+                    self.current = Some(lease.clone());
+                    self.candidate
+                        .observe(BootInstant::now(), Observed::from_lease(&lease));
+                    return;
+                }
+                Err(LeaseApiError::Conflict) => self.refresh().await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release the Lease; it expires on its own");
+                    return;
+                }
+            }
+        }
+    }
+}
