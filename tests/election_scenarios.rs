@@ -460,6 +460,8 @@ async fn two_processes_with_the_same_pod_name_never_both_lead() {
     let mut pods = Pods::new().await;
     put_lease(&pods, Some(""), Some(1), None).await;
     let a = pods.start("twin");
+    // `a` leads first: started together on a released Lease, either may win the race.
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
     // Same POD_NAME, separate flag file (as after a container restart beside a stale process).
     let flag = pods.dir.path().join("twin-2").join("grant.json");
     std::fs::create_dir_all(flag.parent().expect("parent")).expect("dir");
@@ -487,8 +489,8 @@ async fn two_processes_with_the_same_pod_name_never_both_lead() {
             &flag_arg,
         ],
     );
-    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
     std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(pods.leader(), Some(a), "{}", pods.all_logs());
     let twin = grant::read_file(&flag)
         .ok()
         .flatten()
