@@ -125,6 +125,8 @@ async fn main() -> std::io::Result<()> {
     ));
     tokio::spawn(dead_mans_switch(consumer.clone(), changed.clone()));
     let listener = tokio::net::TcpListener::bind(&listen).await?;
+    // SIGTERM is how a pod is stopped; SIGINT (ctrl-c) for a terminal.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     println!("toggle on http://{listen}/grant");
     loop {
         tokio::select! {
@@ -141,6 +143,7 @@ async fn main() -> std::io::Result<()> {
                 });
             }
             _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
         }
     }
     // Exiting: nothing runs any more, and the elector reads that from the ack file.

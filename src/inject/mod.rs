@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use serde_norway::Value;
 
 use crate::config::{self, ConfigError};
+pub use rbac::elector_lease_rules;
 pub use workload::WorkloadKind;
 pub use yaml::YamlError;
 

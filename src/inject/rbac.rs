@@ -109,6 +109,45 @@ fn strings(items: &[&str]) -> Option<Vec<String>> {
     Some(items.iter().map(|s| s.to_string()).collect())
 }
 
+/// Exactly what an elector needs on its Lease `lease_name`, and the one statement of it: the
+/// Role `inject` generates, the chart's `templates/role.yaml` (a test compares the rendered
+/// chart with this) and every integration test use these rules.
+/// - `get`/`list`/`watch`/`update`/`patch` on its own Lease only (`resourceNames`). A `list`
+///   or `watch` restricted by name is only allowed with `fieldSelector=metadata.name=<lease>`,
+///   which RBAC authorizes per name; the elector watches that way.
+/// - `create` on Leases without a name restriction: a create request carries no name in its
+///   URL, so RBAC cannot restrict it by `resourceNames` (such a rule would never match).
+/// - `create`/`patch` on Events, in both the core and the `events.k8s.io` group, for the
+///   "became leader" / "stopped leading" Events.
+///
+/// There is deliberately no `delete`: a release is an update (holder "").
+pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: strings(&["coordination.k8s.io"]),
+            resources: strings(&["leases"]),
+            resource_names: Some(vec![lease_name.to_owned()]),
+            verbs: vec!["get", "list", "watch", "update", "patch"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: strings(&["coordination.k8s.io"]),
+            resources: strings(&["leases"]),
+            verbs: vec!["create".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: strings(&["", "events.k8s.io"]),
+            resources: strings(&["events"]),
+            verbs: vec!["create".into(), "patch".into()],
+            ..Default::default()
+        },
+    ]
+}
+
 /// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
 pub fn companions(
     info: &WorkloadInfo,
@@ -119,34 +158,7 @@ pub fn companions(
     let role_name = format!("{}-elector", info.name);
     let role = Role {
         metadata: metadata(info, role_name.clone()),
-        rules: Some(vec![
-            // The elector reads, watches (fieldSelector metadata.name=<lease>, which RBAC
-            // authorizes per name for get/list/watch) and updates only its own Lease.
-            PolicyRule {
-                api_groups: strings(&["coordination.k8s.io"]),
-                resources: strings(&["leases"]),
-                resource_names: Some(vec![info.lease.clone()]),
-                verbs: vec!["get", "list", "watch", "update", "patch"]
-                    .into_iter()
-                    .map(String::from)
-                    .collect(),
-                ..Default::default()
-            },
-            // create cannot be limited by name: the name is not known at authorization time.
-            PolicyRule {
-                api_groups: strings(&["coordination.k8s.io"]),
-                resources: strings(&["leases"]),
-                verbs: vec!["create".into()],
-                ..Default::default()
-            },
-            // "became leader" / "stopped leading" Events, through either Events API.
-            PolicyRule {
-                api_groups: strings(&["", "events.k8s.io"]),
-                resources: strings(&["events"]),
-                verbs: vec!["create".into(), "patch".into()],
-                ..Default::default()
-            },
-        ]),
+        rules: Some(elector_lease_rules(&info.lease)),
     };
     let binding = RoleBinding {
         metadata: metadata(info, role_name.clone()),

@@ -116,28 +116,10 @@ impl Cluster {
     /// (pass fewer rules to show that a permission is needed). Returns once the apiserver's
     /// RBAC cache authorizes the first verb of every rule for that identity.
     pub async fn new_namespace_with(&self, lease_name: &str, rules: &[PolicyRule]) -> TestNs {
-        let n = self.next_namespace.fetch_add(1, Ordering::SeqCst) + 1;
-        assert!(
-            n <= MAX_NAMESPACES,
-            "test binary asked for more than {MAX_NAMESPACES} namespaces"
-        );
-        let name = format!("e2e-{n}");
+        let mut ns = self.new_bare_namespace(lease_name).await;
+        let name = ns.name.clone();
         let client = self.admin_client().await;
         let pp = PostParams::default();
-
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some([("pme-test".to_owned(), "true".to_owned())].into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Api::<Namespace>::all(client.clone())
-            .create(&pp, &ns)
-            .await
-            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
-
         let meta = |object: &str| ObjectMeta {
             name: Some(object.to_owned()),
             namespace: Some(name.clone()),
@@ -183,6 +165,36 @@ impl Cluster {
             )
             .await
             .unwrap_or_else(|e| panic!("create rolebinding in {name}: {e}"));
+        self.wait_for_rbac(&ns, rules).await;
+        ns.rules = rules.to_vec();
+        ns
+    }
+
+    /// A fresh namespace `e2e-N` and a kubeconfig for `system:serviceaccount:e2e-N:passmower`,
+    /// but no ServiceAccount object and no RBAC: for tests that install the RBAC under test
+    /// themselves (e.g. what `inject` generates), then call [`Cluster::wait_for_rbac`].
+    pub async fn new_bare_namespace(&self, lease_name: &str) -> TestNs {
+        let n = self.next_namespace.fetch_add(1, Ordering::SeqCst) + 1;
+        assert!(
+            n <= MAX_NAMESPACES,
+            "test binary asked for more than {MAX_NAMESPACES} namespaces"
+        );
+        let name = format!("e2e-{n}");
+        let client = self.admin_client().await;
+        let pp = PostParams::default();
+
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([("pme-test".to_owned(), "true".to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&pp, &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
 
         let elector_kubeconfig = self.dir.join(format!("kubeconfig-{name}-elector.json"));
         write_kubeconfig(
@@ -191,13 +203,18 @@ impl Cluster {
             &self.ca_pem(),
             &elector_token(n),
         );
-        wait_for_rbac(&client, &name, rules).await;
         TestNs {
             name,
             lease_name: lease_name.to_owned(),
             elector_kubeconfig,
-            rules: rules.to_vec(),
+            rules: Vec::new(),
         }
+    }
+
+    /// Returns once the apiserver's RBAC cache authorizes, for the elector identity of `ns`,
+    /// the first verb of every rule in `rules` (panics after a while otherwise).
+    pub async fn wait_for_rbac(&self, ns: &TestNs, rules: &[PolicyRule]) {
+        wait_for_rbac(&self.admin_client().await, &ns.name, rules).await;
     }
 
     /// The last `lines` lines of the etcd and kube-apiserver logs, for failure messages.

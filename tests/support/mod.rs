@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod elector;
 pub mod grants;
+pub mod manifests;
 pub mod process;
 pub mod proxy;
 pub mod rbac;
