@@ -23,4 +23,7 @@ done
 command -v openssl >/dev/null || { echo "test.sh: openssl is required (test CA)" >&2; exit 1; }
 export PME_CONTROL_PLANE
 
+# `cargo test` compiles the examples but does not leave them at target/<profile>/examples/NAME,
+# where tests/consumer_example.rs runs the reference consumer from.
+cargo build --examples --quiet
 exec cargo test --all-targets "$@"

@@ -127,7 +127,9 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
             api_groups: strings(&["coordination.k8s.io"]),
             resources: strings(&["leases"]),
             resource_names: Some(vec![lease_name.to_owned()]),
-            verbs: vec!["get", "list", "watch", "update", "patch"]
+            // The elector reads with get and follows with a watch by field selector (authorized
+            // per name); it never lists. patch is granted for tools that edit the Lease in place.
+            verbs: vec!["get", "watch", "update", "patch"]
                 .into_iter()
                 .map(String::from)
                 .collect(),
@@ -142,7 +144,7 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
         PolicyRule {
             api_groups: strings(&["", "events.k8s.io"]),
             resources: strings(&["events"]),
-            verbs: vec!["create".into(), "patch".into()],
+            verbs: vec!["create".into()],
             ..Default::default()
         },
     ]
@@ -350,7 +352,7 @@ mod tests {
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        assert_eq!(verbs, ["get", "list", "watch", "update", "patch"]);
+        assert_eq!(verbs, ["get", "watch", "update", "patch"]);
         assert!(rules[1].get("resourceNames").is_none());
         assert_eq!(
             objects[1]["subjects"][0]["name"].as_str(),
