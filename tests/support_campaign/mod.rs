@@ -21,6 +21,8 @@
 //!   so a hand release under a running leader lets a follower lead while the old leader's app
 //!   takes up to the kill grace to stop. That is the documented meaning of a release, not a
 //!   fault the elector can detect; `PME_CAMPAIGN_FAULTS=lease-release` shows the window.
+//!   (With this stand-in app it is usually missed: the old leader hears of the release through
+//!   its watch as fast as the follower does and most apps stop quickly.)
 
 pub mod observer;
 pub mod pod;

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use passmower_elector::election::timing::MIN_MARGIN;
+
 /// The timings every pod runs with. They pass the elector's safety check:
 /// R + K + 1s = 3.5s < D = 4s.
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);
@@ -91,15 +93,15 @@ pub enum FaultKind {
     /// to see that window.
     LeaseRelease,
     /// A graceful SIGTERM of an elector while its supervisor stalls for 100–500ms (SIGSTOP and
-    /// SIGCONT; a CPU-throttled container stalls this long). Not in the default mix: it shows
-    /// that the elector's no-ack wait (kill grace from the demotion) leaves no margin for a
-    /// supervisor that starts its own kill grace late (see the campaign report in the branch).
+    /// SIGCONT; a CPU-throttled container stalls this long), so the supervisor starts its kill
+    /// grace late and may not ack in time. Before the elector's no-ack wait included the margin,
+    /// this let the next leader start while the old app still ran.
     HandoverStall,
 }
 
 impl FaultKind {
     /// The default mix: every kind the design promises to survive.
-    pub const DEFAULT: [FaultKind; 16] = [
+    pub const DEFAULT: [FaultKind; 17] = [
         FaultKind::ElectorKill,
         FaultKind::ElectorTerm,
         FaultKind::ElectorStop,
@@ -116,6 +118,7 @@ impl FaultKind {
         FaultKind::LeaseDelete,
         FaultKind::LeaseSteal,
         FaultKind::LeaseTouch,
+        FaultKind::HandoverStall,
     ];
 
     /// Every kind, the opt-in ones included.
@@ -203,8 +206,9 @@ impl FaultKind {
     ///   Control-plane restarts and partitions count from the heal: the record the electors
     ///   last saw then is at least D old or is renewed by its own holder at its next attempt.
     ///   Hand edits count from the edit: a stolen record must age D before anyone takes it.
-    /// - A graceful SIGTERM of an elector demotes, waits for the ack (at most K), releases, and
-    ///   the watchers take the released Lease at once: K + P.
+    /// - A graceful SIGTERM of an elector demotes, waits for the ack (without one, at most K +
+    ///   the elector's margin), releases, and the watchers take the released Lease at once:
+    ///   K + margin + P.
     /// - A killed or terminated child is restarted by its supervisor after at most the backoff
     ///   cap; a terminated one first exits within its TERM handler, a killed supervisor is
     ///   restarted by the harness after at most the restart delay, a terminated one first
@@ -216,7 +220,9 @@ impl FaultKind {
         let takeover = LEASE_DURATION + RETRY_PERIOD;
         let b = match self {
             FaultKind::ElectorKill | FaultKind::ElectorStop => takeover,
-            FaultKind::ElectorTerm | FaultKind::HandoverStall => KILL_GRACE + RETRY_PERIOD,
+            FaultKind::ElectorTerm | FaultKind::HandoverStall => {
+                KILL_GRACE + MIN_MARGIN + RETRY_PERIOD
+            }
             FaultKind::ChildKill | FaultKind::ChildTerm => CHILD_BACKOFF_MAX,
             FaultKind::ChildStop => Duration::ZERO,
             FaultKind::SupervisorKill => RESTART_DELAY_MAX,
