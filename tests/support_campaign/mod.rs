@@ -265,13 +265,13 @@ impl fmt::Display for Report {
         writeln!(f, "faults injected: {}", self.faults.len())?;
         writeln!(
             f,
-            "  {:<38} {:>5} {:>10} {:>12} {:>8}",
-            "kind", "count", "on leader", "longest gap", "bound"
+            "  {:<38} {:>5} {:>10} {:>12} {:>12}",
+            "kind", "count", "on leader", "longest gap", "bound*"
         )?;
         for (kind, (n, leader, worst)) in &by_kind {
             writeln!(
                 f,
-                "  {:<38} {:>5} {:>10} {:>11.2}s {:>7.1}s",
+                "  {:<38} {:>5} {:>10} {:>11.2}s {:>11.1}s",
                 kind.to_string(),
                 n,
                 leader,
@@ -279,6 +279,11 @@ impl fmt::Display for Report {
                 kind.bound().as_secs_f64()
             )?;
         }
+        writeln!(
+            f,
+            "  * a gap must end within the bound after the fault healed; a lasting fault's gap \
+             may start before that (e.g. while etcd is down)"
+        )?;
         let restarts: Vec<String> = self
             .starts
             .iter()
