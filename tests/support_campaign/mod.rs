@@ -383,7 +383,11 @@ impl fmt::Display for Report {
                     .unwrap_or_else(|| "NO".into()),
             )?;
         }
-        writeln!(f, "logs and records: {}", self.dir.display())
+        writeln!(
+            f,
+            "logs and records (kept on failure or with PME_KEEP_TMP=1): {}",
+            self.dir.display()
+        )
     }
 }
 
