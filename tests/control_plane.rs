@@ -1,5 +1,6 @@
 //! Proves the harness itself against the real kube-apiserver: the elector identity's RBAC is
-//! exactly the Lease it is scoped to, and the fault proxy stalls, cuts and slows requests.
+//! exactly the Lease it is scoped to, the fault proxy stalls, cuts and slows requests, and a
+//! private control plane restarts in place.
 
 mod support;
 
@@ -147,4 +148,51 @@ async fn fault_proxy_stalls_cuts_and_slows_requests() {
         started.elapsed()
     );
     cluster.assert_alive();
+}
+
+/// A private control plane restarts each process in place — same ports, same data — so a test
+/// can take etcd or the apiserver away under running electors and bring it back.
+#[test]
+fn private_cluster_restarts_in_place_and_keeps_its_data() {
+    use nix::sys::signal::Signal;
+    use support::cluster::ControlPlaneProcess;
+
+    let cluster = Cluster::start_private();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let leases = |rt: &tokio::runtime::Runtime| -> Api<Lease> {
+        Api::namespaced(rt.block_on(cluster.admin_client()), "default")
+    };
+    rt.block_on(leases(&rt).create(&PostParams::default(), &lease("kept", "pod-a")))
+        .expect("create");
+    for (which, signal) in [
+        (ControlPlaneProcess::Etcd, Signal::SIGKILL),
+        (ControlPlaneProcess::KubeApiserver, Signal::SIGTERM),
+    ] {
+        cluster.stop(which, signal, Duration::from_secs(5));
+        let api = leases(&rt);
+        let down = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), api.get("kept")).await
+        });
+        assert!(
+            !matches!(down, Ok(Ok(_))),
+            "the Lease was served with {} stopped",
+            which.name()
+        );
+        cluster
+            .restart(which)
+            .unwrap_or_else(|e| panic!("restart {}: {e}", which.name()));
+        cluster.assert_alive();
+        let kept = rt
+            .block_on(leases(&rt).get("kept"))
+            .expect("read after restart");
+        assert_eq!(
+            kept.spec.and_then(|s| s.holder_identity).as_deref(),
+            Some("pod-a"),
+            "data survives a restart of {}",
+            which.name()
+        );
+    }
 }

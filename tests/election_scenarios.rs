@@ -760,3 +760,126 @@ fn unsafe_or_malformed_flags_exit_2_naming_the_flag() {
 fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
+
+/// A consumer learns of a demotion only after the elector wrote it — the push has to arrive and
+/// a busy or CPU-throttled container has to run — and its kill grace starts then. Here the
+/// supervisor stalls for half a second and its app ignores SIGTERM, so the app dies kill grace
+/// after the stall. Without an ack the elector must not release the Lease before that, or the
+/// next leader starts while the old app still runs (the fault campaign's `handover-stall`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_handover_without_ack_leaves_a_late_consumer_its_kill_grace() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let flag = pods.flag_file("pod-a");
+    std::fs::create_dir_all(flag.parent().expect("parent")).expect("pod dir");
+    let app_dir = tempfile::tempdir().expect("app dir");
+    let starts = app_dir.path().join("starts");
+    let app = app_dir.path().join("app.sh");
+    std::fs::write(
+        &app,
+        format!(
+            "#!/bin/sh\necho \"$$ $ROLE\" >> {}\ntrap '' TERM\nwhile :; do sleep 1; done\n",
+            starts.display()
+        ),
+    )
+    .expect("write app");
+    std::fs::set_permissions(&app, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let listen = format!("127.0.0.1:{port}");
+    let app_arg = app.to_string_lossy().into_owned();
+    let mut supervisor = ElectorProcess::spawn(
+        "pod-a-supervise",
+        &[
+            "supervise",
+            "--flag-file",
+            &flag_arg,
+            "--listen",
+            &listen,
+            "--leader-env",
+            "ROLE=leader",
+            "--follower-env",
+            "ROLE=follower",
+            "--kill-grace",
+            "1s",
+            "--",
+            &app_arg,
+        ],
+        &[],
+    );
+    let kubeconfig = pods.ns.elector_kubeconfig.clone();
+    let toggle = format!("http://{listen}/grant");
+    let a = pods.start_with("pod-a", &kubeconfig, &["--toggle-url", &toggle]);
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    let mut leader_app = None;
+    let started = wait_until(Duration::from_secs(10), POLL, || {
+        leader_app = std::fs::read_to_string(&starts)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_suffix(" leader"))
+            .filter_map(|pid| pid.parse::<i32>().ok())
+            .next_back();
+        leader_app.is_some()
+    });
+    assert!(started, "no leader app\n{}", supervisor.logs());
+    let leader_app = leader_app.expect("checked");
+    // The apps run in their own process groups, which outlive a SIGKILLed supervisor.
+    let _reap = KillGroupsOnDrop(starts.clone());
+    let b = pods.start("pod-b");
+    std::thread::sleep(Duration::from_millis(800));
+
+    pods.pods[a].signal(Signal::SIGTERM);
+    supervisor.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(500));
+    supervisor.signal(Signal::SIGCONT);
+
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let took_over = wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
+        pods.is_leader(b)
+    });
+    assert!(took_over, "pod-b never took over\n{}", pods.all_logs());
+    assert!(
+        !alive(leader_app),
+        "pod-b leads while pod-a's app (pid {leader_app}) still runs\n{}\n{}",
+        pods.all_logs(),
+        supervisor.logs()
+    );
+    supervisor.signal(Signal::SIGTERM);
+    supervisor.wait_exit(Duration::from_secs(10));
+    pods.finish();
+}
+
+/// Kills the process group of every app PID listed in a starts file (`PID ROLE` lines) that is
+/// still a live group leader, so a failed test leaves no app behind.
+struct KillGroupsOnDrop(PathBuf);
+
+impl Drop for KillGroupsOnDrop {
+    fn drop(&mut self) {
+        let text = std::fs::read_to_string(&self.0).unwrap_or_default();
+        for pid in text
+            .lines()
+            .filter_map(|l| l.split_whitespace().next()?.parse::<i32>().ok())
+        {
+            let leads_a_group = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.rsplit_once(')')?.1.to_owned();
+                    rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+                })
+                == Some(pid);
+            if leads_a_group {
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}

@@ -33,7 +33,7 @@ pub enum AckSource {
     Toggle,
     /// The consumer's ack file shows the demotion (or that it has stopped).
     AckFile,
-    /// Nobody acknowledged; kill grace has passed since the demotion was written.
+    /// Nobody acknowledged; kill grace and margin have passed since the demotion was written.
     KillGrace,
 }
 
@@ -96,7 +96,7 @@ impl Outputs {
     }
 
     /// Waits until the consumer has acknowledged the demotion stamped `order` — by the toggle's
-    /// 2xx or by its ack file — or until `deadline` (the demotion time plus kill grace).
+    /// 2xx or by its ack file — or until `deadline` (the demotion time plus kill grace and margin).
     pub async fn wait_for_demotion_ack(&self, order: Order, deadline: BootInstant) -> AckSource {
         let ack_file = grant::ack_path(&self.flag_file);
         let mut acked = self.toggle.as_ref().map(|t| t.acked.clone());

@@ -1,5 +1,7 @@
 //! The real control plane every integration test runs against: one etcd and one
 //! kube-apiserver per test binary, on loopback, started on first use and killed at exit.
+//! A test that restarts the control plane under load (the fault campaign) starts a private one
+//! instead, whose processes it can stop and start again in place.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -32,16 +34,46 @@ const ADMIN_TOKEN: &str = "pme-admin-token";
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const RBAC_SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A running etcd + kube-apiserver pair. Get it with [`Cluster::shared`].
+/// A running etcd + kube-apiserver pair. Get it with [`Cluster::shared`], or
+/// [`Cluster::start_private`] for one a test may restart.
 pub struct Cluster {
     dir: PathBuf,
     api_addr: SocketAddr,
     admin_kubeconfig: PathBuf,
     next_namespace: AtomicUsize,
+    /// How to start each process again on the same ports and data dir.
+    layout: Layout,
     /// Held so the processes can be polled for liveness; they are killed by PID at exit.
-    children: Mutex<Vec<(&'static str, Child)>>,
+    children: Mutex<Vec<(ControlPlaneProcess, Child)>>,
     /// How long the start took, for reports.
     pub started_in: Duration,
+}
+
+/// One of the two control-plane processes, for [`Cluster::stop`] and [`Cluster::restart`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlPlaneProcess {
+    Etcd,
+    KubeApiserver,
+}
+
+impl ControlPlaneProcess {
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlPlaneProcess::Etcd => "etcd",
+            ControlPlaneProcess::KubeApiserver => "kube-apiserver",
+        }
+    }
+}
+
+/// Where the binaries are and which ports and directories the processes use: everything needed
+/// to build their command lines again.
+#[derive(Clone, Debug)]
+struct Layout {
+    bin: PathBuf,
+    dir: PathBuf,
+    etcd_client: u16,
+    etcd_peer: u16,
+    api_port: u16,
 }
 
 /// A fresh namespace with an elector identity bound to the Lease RBAC.
@@ -76,19 +108,56 @@ impl Cluster {
     /// same panic instead of a second attempt.
     pub fn shared() -> &'static Cluster {
         static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
-        let started = SHARED.get_or_init(|| {
-            // Its own thread: the start blocks on a private tokio runtime, which would panic
-            // inside a caller's runtime (`#[tokio::test]`).
-            std::thread::Builder::new()
-                .name("pme-cluster-start".into())
-                .spawn(start)
-                .map_err(|e| format!("cannot spawn the start thread: {e}"))
-                .and_then(|t| t.join().unwrap_or_else(|_| Err("start panicked".into())))
-        });
+        let started = SHARED.get_or_init(start_on_own_thread);
         match started {
             Ok(cluster) => cluster,
             Err(e) => panic!("test control plane unavailable: {e}"),
         }
+    }
+
+    /// A control plane of the caller's own (a few seconds to start), which it may stop and
+    /// restart with [`Cluster::stop`] / [`Cluster::restart`] without disturbing other tests.
+    /// Its processes are killed when it is dropped. Panics like [`Cluster::shared`].
+    pub fn start_private() -> Cluster {
+        start_on_own_thread().unwrap_or_else(|e| panic!("private control plane unavailable: {e}"))
+    }
+
+    /// Stops one process in place with `signal` (by PID), waiting up to `grace` for it to exit
+    /// before a SIGKILL, as a kubelet would. Nothing is started again until
+    /// [`Cluster::restart`].
+    pub fn stop(
+        &self,
+        which: ControlPlaneProcess,
+        signal: nix::sys::signal::Signal,
+        grace: Duration,
+    ) {
+        let mut children = lock_children(&self.children);
+        let Some(index) = children.iter().position(|(w, _)| *w == which) else {
+            return; // already stopped
+        };
+        let (_, mut child) = children.remove(index);
+        drop(children);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, signal);
+        let deadline = Instant::now() + grace;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        process::forget_at_exit(pid.as_raw());
+    }
+
+    /// Starts a stopped process again on the same ports and data dir (a no-op if it runs), and
+    /// returns once the apiserver's `/readyz` says ok — which for etcd means the apiserver has
+    /// reconnected to it. Blocking: call it outside any tokio runtime (or in `block_in_place`).
+    pub fn restart(&self, which: ControlPlaneProcess) -> Result<(), String> {
+        let mut children = lock_children(&self.children);
+        if !children.iter().any(|(w, _)| *w == which) {
+            let child = spawn_logged(which, self.layout.command(which), &self.dir)?;
+            children.push((which, child));
+        }
+        wait_ready(&self.admin_kubeconfig, &mut children, &self.dir)
     }
 
     /// `127.0.0.1:<secure port>` of the kube-apiserver.
@@ -224,10 +293,15 @@ impl Cluster {
 
     /// Panics (with logs) unless both control-plane processes are still running.
     pub fn assert_alive(&self) {
-        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, child) in children.iter_mut() {
+        let mut children = lock_children(&self.children);
+        assert_eq!(children.len(), 2, "a control-plane process was stopped");
+        for (which, child) in children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("{name} exited: {status}\n{}", logs_tail(&self.dir, 30));
+                panic!(
+                    "{} exited: {status}\n{}",
+                    which.name(),
+                    logs_tail(&self.dir, 30)
+                );
             }
         }
     }
@@ -239,6 +313,34 @@ impl Cluster {
     fn ca_pem(&self) -> Vec<u8> {
         fs::read(self.dir.join("pki/ca.crt")).expect("read test CA")
     }
+}
+
+/// Only private clusters are ever dropped (the shared one lives in a static): their processes
+/// go at once, by PID.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, mut child) in lock_children(&self.children).drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+            process::forget_at_exit(child.id() as i32);
+        }
+    }
+}
+
+fn lock_children(
+    children: &Mutex<Vec<(ControlPlaneProcess, Child)>>,
+) -> std::sync::MutexGuard<'_, Vec<(ControlPlaneProcess, Child)>> {
+    children.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs [`start`] on a thread of its own: the start blocks on a private tokio runtime, which
+/// would panic inside a caller's runtime (`#[tokio::test]`).
+fn start_on_own_thread() -> Result<Cluster, String> {
+    std::thread::Builder::new()
+        .name("pme-cluster-start".into())
+        .spawn(start)
+        .map_err(|e| format!("cannot spawn the start thread: {e}"))
+        .and_then(|t| t.join().unwrap_or_else(|_| Err("start panicked".into())))
 }
 
 /// Reads a harness kubeconfig into a client. Ignores `HTTPS_PROXY` from the environment: every
@@ -274,61 +376,21 @@ fn start() -> Result<Cluster, String> {
     write_token_file(&dir.join("tokens.csv"))?;
 
     let [etcd_client, etcd_peer, api_port] = free_ports()?;
-    let etcd_url = format!("http://127.0.0.1:{etcd_client}");
-    let peer_url = format!("http://127.0.0.1:{etcd_peer}");
-    let mut etcd = Command::new(bin.join("etcd"));
-    etcd.args(["--name", "pme"])
-        .arg(format!("--data-dir={}", dir.join("etcd").display()))
-        .arg(format!("--listen-client-urls={etcd_url}"))
-        .arg(format!("--advertise-client-urls={etcd_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=pme={peer_url}"))
-        // Test data is thrown away; fsync would only slow every Lease write down.
-        .arg("--unsafe-no-fsync")
-        .arg("--log-level=warn");
-
-    let mut api = Command::new(bin.join("kube-apiserver"));
-    let p = |f: &str| pki.join(f).display().to_string();
-    api.arg(format!("--etcd-servers={etcd_url}"))
-        .arg(format!("--secure-port={api_port}"))
-        .arg("--bind-address=127.0.0.1")
-        // Advertise loopback so the start does not depend on the host having a default route;
-        // the `kubernetes` Service endpoint reconciler refuses loopback, and nothing here
-        // routes to that Service anyway, so it is switched off.
-        .arg(format!("--advertise-address={}", Ipv4Addr::LOCALHOST))
-        .arg("--endpoint-reconciler-type=none")
-        .arg(format!(
-            "--cert-dir={}",
-            dir.join("apiserver-certs").display()
-        ))
-        .arg(format!("--tls-cert-file={}", p("server.crt")))
-        .arg(format!("--tls-private-key-file={}", p("server.key")))
-        .arg(format!("--client-ca-file={}", p("ca.crt")))
-        .arg(format!("--service-account-key-file={}", p("sa.key")))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            p("sa.key")
-        ))
-        .arg("--service-account-issuer=https://kubernetes.default.svc")
-        .arg(format!(
-            "--token-auth-file={}",
-            dir.join("tokens.csv").display()
-        ))
-        .arg("--authorization-mode=Node,RBAC")
-        // A configuration value only: nothing ever routes to these addresses.
-        .arg("--service-cluster-ip-range=10.0.0.0/24")
-        .arg("--allow-privileged=true");
-
+    let layout = Layout {
+        bin: bin.clone(),
+        dir: dir.clone(),
+        etcd_client,
+        etcd_peer,
+        api_port,
+    };
     let mut children = Vec::new();
-    for (name, mut cmd) in [("etcd", etcd), ("kube-apiserver", api)] {
-        let log = fs::File::create(dir.join(format!("{name}.log")))
-            .map_err(|e| format!("create {name}.log: {e}"))?;
-        let log2 = log.try_clone().map_err(|e| format!("dup log: {e}"))?;
-        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-        let child = process::spawn_tracked(cmd)
-            .map_err(|e| format!("spawn {} from {}: {e}", name, bin.display()))?;
-        children.push((name, child));
+    for which in [
+        ControlPlaneProcess::Etcd,
+        ControlPlaneProcess::KubeApiserver,
+    ] {
+        let child = spawn_logged(which, layout.command(which), &dir)
+            .map_err(|e| format!("{e} (from {})", bin.display()))?;
+        children.push((which, child));
     }
 
     let api_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, api_port));
@@ -347,9 +409,86 @@ fn start() -> Result<Cluster, String> {
         api_addr,
         admin_kubeconfig,
         next_namespace: AtomicUsize::new(0),
+        layout,
         children: Mutex::new(children),
         started_in: t0.elapsed(),
     })
+}
+
+impl Layout {
+    /// The command line of `which`; the same on every (re)start, so a restarted process finds
+    /// its ports, certificates and (for etcd) its data again.
+    fn command(&self, which: ControlPlaneProcess) -> Command {
+        let etcd_url = format!("http://127.0.0.1:{}", self.etcd_client);
+        match which {
+            ControlPlaneProcess::Etcd => {
+                let peer_url = format!("http://127.0.0.1:{}", self.etcd_peer);
+                let mut etcd = Command::new(self.bin.join("etcd"));
+                etcd.args(["--name", "pme"])
+                    .arg(format!("--data-dir={}", self.dir.join("etcd").display()))
+                    .arg(format!("--listen-client-urls={etcd_url}"))
+                    .arg(format!("--advertise-client-urls={etcd_url}"))
+                    .arg(format!("--listen-peer-urls={peer_url}"))
+                    .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+                    .arg(format!("--initial-cluster=pme={peer_url}"))
+                    // Test data is thrown away; fsync would only slow every Lease write down.
+                    // (A killed process loses nothing by it: its writes are in the page cache.)
+                    .arg("--unsafe-no-fsync")
+                    .arg("--log-level=warn");
+                etcd
+            }
+            ControlPlaneProcess::KubeApiserver => {
+                let pki = self.dir.join("pki");
+                let p = |f: &str| pki.join(f).display().to_string();
+                let mut api = Command::new(self.bin.join("kube-apiserver"));
+                api.arg(format!("--etcd-servers={etcd_url}"))
+                    .arg(format!("--secure-port={}", self.api_port))
+                    .arg("--bind-address=127.0.0.1")
+                    // Advertise loopback so the start does not depend on the host having a
+                    // default route; the `kubernetes` Service endpoint reconciler refuses
+                    // loopback, and nothing here routes to that Service anyway, so it is
+                    // switched off.
+                    .arg(format!("--advertise-address={}", Ipv4Addr::LOCALHOST))
+                    .arg("--endpoint-reconciler-type=none")
+                    .arg(format!(
+                        "--cert-dir={}",
+                        self.dir.join("apiserver-certs").display()
+                    ))
+                    .arg(format!("--tls-cert-file={}", p("server.crt")))
+                    .arg(format!("--tls-private-key-file={}", p("server.key")))
+                    .arg(format!("--client-ca-file={}", p("ca.crt")))
+                    .arg(format!("--service-account-key-file={}", p("sa.key")))
+                    .arg(format!(
+                        "--service-account-signing-key-file={}",
+                        p("sa.key")
+                    ))
+                    .arg("--service-account-issuer=https://kubernetes.default.svc")
+                    .arg(format!(
+                        "--token-auth-file={}",
+                        self.dir.join("tokens.csv").display()
+                    ))
+                    .arg("--authorization-mode=Node,RBAC")
+                    // A configuration value only: nothing ever routes to these addresses.
+                    .arg("--service-cluster-ip-range=10.0.0.0/24")
+                    .arg("--allow-privileged=true");
+                api
+            }
+        }
+    }
+}
+
+/// Spawns `cmd` (tracked, see [`process::spawn_tracked`]) with its output appended to
+/// `<dir>/<name>.log`, so a restart keeps the earlier run's log above the new one.
+fn spawn_logged(which: ControlPlaneProcess, mut cmd: Command, dir: &Path) -> Result<Child, String> {
+    let name = which.name();
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .map_err(|e| format!("open {name}.log: {e}"))?;
+    let log2 = log.try_clone().map_err(|e| format!("dup log: {e}"))?;
+    cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
+    process::spawn_tracked(cmd).map_err(|e| format!("spawn {name}: {e}"))
 }
 
 /// Removes the tempdirs of test binaries that were killed (SIGKILL skips the exit handler;
@@ -558,7 +697,7 @@ mod base64_engine {
 /// Polls `/readyz` as the admin until it answers 200, a process exits, or the start times out.
 fn wait_ready(
     admin_kubeconfig: &Path,
-    children: &mut [(&'static str, Child)],
+    children: &mut [(ControlPlaneProcess, Child)],
     dir: &Path,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -570,10 +709,11 @@ fn wait_ready(
         let deadline = Instant::now() + START_TIMEOUT;
         let mut last_error = String::from("no answer yet");
         while Instant::now() < deadline {
-            for (name, child) in children.iter_mut() {
+            for (which, child) in children.iter_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Err(format!(
-                        "{name} exited during start ({status})\n{}",
+                        "{} exited during start ({status})\n{}",
+                        which.name(),
                         logs_tail(dir, 40)
                     ));
                 }

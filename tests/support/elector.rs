@@ -123,6 +123,18 @@ impl ElectorProcess {
         }
     }
 
+    /// As [`Self::signal`], but returns whether the signal was sent instead of panicking
+    /// (false once the process has exited).
+    pub fn signal_if_running(&mut self, sig: Signal) -> bool {
+        self.try_exit_status().is_none() && kill(self.pid(), sig).is_ok()
+    }
+
+    /// Whether the process has been reaped. Until then its PID cannot be reused, so it (and a
+    /// session or group it leads) can be signalled safely even after it exited.
+    pub fn reaped(&self) -> bool {
+        self.exited.is_some()
+    }
+
     /// The exit status if the process has exited (reaping it), without waiting.
     pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {

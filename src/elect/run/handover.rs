@@ -11,6 +11,7 @@ use crate::clock::BootInstant;
 use crate::elect::outputs::AckSource;
 use crate::election::lease_api::LeaseApiError;
 use crate::election::record::{self, Observed};
+use crate::election::timing::MIN_MARGIN;
 use crate::election::StopReason;
 
 impl Elector {
@@ -19,7 +20,8 @@ impl Elector {
         self.candidate.observed().and_then(Observed::holder) == Some(self.candidate.holder_id())
     }
 
-    /// SIGTERM/SIGINT: demote, wait for the consumer's ack (or kill grace), release, exit 0.
+    /// SIGTERM/SIGINT: demote, wait for the consumer's ack (or kill grace + margin), release,
+    /// exit 0.
     pub(super) async fn shutdown(mut self, signals: &mut Signals) -> ExitCode {
         if self.candidate.is_leader() || self.named_in_lease() {
             if !self.hand_over(Some(signals)).await {
@@ -44,7 +46,14 @@ impl Elector {
             return true;
         };
         let demoted_at = BootInstant::now();
-        let deadline = demoted_at.saturating_add(self.candidate.timing().kill_grace);
+        // Without an ack, give the consumer its kill grace *plus the margin*: its grace starts
+        // when it reads the demotion, which is later than when we wrote it (push delivery, a
+        // busy or CPU-throttled container). Releasing at exactly K let the next leader start
+        // while a late consumer's app was still running (fault campaign, handover-stall). The
+        // margin is the one the takeover path reserves (R + K + margin < D).
+        let deadline = demoted_at
+            .saturating_add(self.candidate.timing().kill_grace)
+            .saturating_add(MIN_MARGIN);
         let ack = match signals {
             Some(signals) => tokio::select! {
                 ack = self.outputs.wait_for_demotion_ack(order, deadline) => ack,
@@ -58,7 +67,10 @@ impl Elector {
         let waited = BootInstant::now().saturating_since(demoted_at);
         match ack {
             AckSource::KillGrace => {
-                tracing::info!(?waited, "no ack from the consumer; kill grace has passed")
+                tracing::info!(
+                    ?waited,
+                    "no ack from the consumer; kill grace and margin have passed"
+                )
             }
             source => tracing::info!(?source, ?waited, "consumer acknowledged the demotion"),
         }
