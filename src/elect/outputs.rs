@@ -24,6 +24,9 @@ pub struct Outputs {
     lease_ref: String,
     sequencer: Sequencer,
     toggle: Option<Toggle>,
+    /// Expiry of the leader grant the flag file may still hold (None once a follower object
+    /// was written): a consumer that missed the demotion push obeys it until then.
+    leader_on_disk: Option<BootInstant>,
 }
 
 /// How a demotion was acknowledged.
@@ -49,6 +52,7 @@ impl Outputs {
             lease_ref,
             sequencer: Sequencer::start(),
             toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout)),
+            leader_on_disk: None,
         }
     }
 
@@ -75,6 +79,9 @@ impl Outputs {
             &self.lease_ref,
             expiry,
         );
+        // Even a failed write may have reached the file (rename done, directory fsync failed):
+        // assume the consumer can see this expiry either way.
+        self.leader_on_disk = Some(self.leader_on_disk.map_or(expiry, |e| e.max(expiry)));
         grant::write_file(&self.flag_file, &grant)?;
         self.push(grant.clone());
         Ok(grant.order())
@@ -85,8 +92,17 @@ impl Outputs {
     pub fn follower(&mut self, holder: &str, epoch: u64) -> (Order, Result<(), GrantError>) {
         let grant = Grant::follower(holder, epoch, self.sequencer.next_order(), &self.lease_ref);
         let written = grant::write_file(&self.flag_file, &grant);
+        if written.is_ok() {
+            self.leader_on_disk = None;
+        }
         self.push(grant.clone());
         (grant.order(), written)
+    }
+
+    /// Until when a consumer reading only the flag file may still run as leader: the expiry of
+    /// a leader grant that no follower object has replaced on disk yet.
+    pub fn leader_grant_on_disk(&self) -> Option<BootInstant> {
+        self.leader_on_disk
     }
 
     fn push(&self, grant: Grant) {
@@ -241,6 +257,47 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-over's fallback wait counts from the leader grant a consumer may still read:
+    /// it stays "on disk" until a follower object is really written.
+    #[test]
+    fn a_leader_grant_stays_on_disk_until_a_follower_write_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::fs::create_dir(&volume).unwrap();
+        let mut out = Outputs::new(
+            volume.join("grant.json"),
+            "ns/l".into(),
+            None,
+            Duration::from_secs(1),
+        );
+        assert_eq!(out.leader_grant_on_disk(), None);
+        out.leader("me", 1, BootInstant::from_nanos(100)).unwrap();
+        assert_eq!(
+            out.leader_grant_on_disk(),
+            Some(BootInstant::from_nanos(100))
+        );
+
+        // The volume breaks: writes fail (ENOTDIR; root ignores permission bits).
+        std::fs::rename(&volume, dir.path().join("away")).unwrap();
+        std::fs::write(&volume, b"not a directory").unwrap();
+        assert!(out.follower("me", 1).1.is_err());
+        assert_eq!(
+            out.leader_grant_on_disk(),
+            Some(BootInstant::from_nanos(100))
+        );
+        // A failed renewal may still have reached the file: its expiry counts too.
+        assert!(out.leader("me", 1, BootInstant::from_nanos(200)).is_err());
+        assert_eq!(
+            out.leader_grant_on_disk(),
+            Some(BootInstant::from_nanos(200))
+        );
+
+        std::fs::remove_file(&volume).unwrap();
+        std::fs::rename(dir.path().join("away"), &volume).unwrap();
+        out.follower("me", 1).1.unwrap();
+        assert_eq!(out.leader_grant_on_disk(), None);
+    }
 
     #[test]
     fn ack_file_confirms_only_a_demotion_at_least_as_new() {

@@ -42,16 +42,20 @@ impl Elector {
             self.apply(t, now);
         }
         // A fresh demotion stamp, so the ack we wait for is for this very object.
-        let Some(order) = self.publish_follower() else {
-            return true;
-        };
+        let order = self.publish_follower();
         let demoted_at = BootInstant::now();
         // Without an ack, give the consumer its kill grace *plus the margin*: its grace starts
         // when it reads the demotion, which is later than when we wrote it (push delivery, a
         // busy or CPU-throttled container). Releasing at exactly K let the next leader start
         // while a late consumer's app was still running (fault campaign, handover-stall). The
         // margin is the one the takeover path reserves (R + K + margin < D).
-        let deadline = demoted_at
+        // If the demotion could not be written to the flag file, a consumer that reads only the
+        // file obeys the last leader grant there until it expires: count from that expiry.
+        let stop_from = self
+            .outputs
+            .leader_grant_on_disk()
+            .map_or(demoted_at, |expiry| expiry.max(demoted_at));
+        let deadline = stop_from
             .saturating_add(self.candidate.timing().kill_grace)
             .saturating_add(MIN_MARGIN);
         let ack = match signals {

@@ -86,7 +86,7 @@ impl Elector {
     }
 
     /// Publishes follower mode (start-up, and the fail-closed retry).
-    pub(super) fn publish_follower(&mut self) -> Option<Order> {
+    pub(super) fn publish_follower(&mut self) -> Order {
         let status = self.status.get();
         let (order, written) = self.outputs.follower(&status.holder, status.epoch);
         match written {
@@ -103,7 +103,7 @@ impl Elector {
                 self.outputs_healthy = false;
             }
         }
-        Some(order)
+        order
     }
 
     pub(super) fn event(&self, reason: &'static str, message: String) {
