@@ -194,25 +194,28 @@ impl Elector {
     }
 
     fn on_watch(&mut self, item: WatchItem) {
-        let now = BootInstant::now();
         match item {
-            WatchItem::Observed(lease) => {
-                let lease = lease.map(|l| *l);
-                self.status.update(|s| {
-                    s.lease_observed = true;
-                    s.api_ok = true;
-                });
-                self.remember(lease.as_ref());
-                self.observe(now, observe(lease.as_ref()));
-                // A release (or anything that frees the Lease) is acted on now, not at the next poll.
-                if self.candidate.may_acquire(now) {
-                    self.next_attempt = self.next_attempt.min(now);
-                }
-            }
+            WatchItem::Observed(lease) => self.on_lease(lease.map(|l| *l), false),
+            WatchItem::Read(lease) => self.on_lease(lease.map(|l| *l), true),
             WatchItem::Error(e) => {
                 self.metrics.api_error(e.kind());
                 tracing::debug!(error = %e, "Lease watch interrupted; it resumes by itself");
             }
+        }
+    }
+
+    /// The watch task saw the Lease (`fresh_read`: by a GET when its watch (re)started).
+    fn on_lease(&mut self, lease: Option<Lease>, fresh_read: bool) {
+        let now = BootInstant::now();
+        self.status.update(|s| {
+            s.lease_observed = true;
+            s.api_ok = true;
+        });
+        self.remember(lease.as_ref());
+        self.observe(now, observe(lease.as_ref()), fresh_read);
+        // A release (or anything that frees the Lease) is acted on now, not at the next poll.
+        if self.candidate.may_acquire(now) {
+            self.next_attempt = self.next_attempt.min(now);
         }
     }
 
@@ -229,7 +232,8 @@ impl Elector {
         }
     }
 
-    fn observe(&mut self, now: BootInstant, observed: Observed) {
+    /// Records an observation; `fresh_read` for a GET (see [`Candidate::observe_read`]).
+    fn observe(&mut self, now: BootInstant, observed: Observed, fresh_read: bool) {
         let holder = observed.holder().unwrap_or("").to_owned();
         let transitions = match &observed {
             Observed::Present(r) => r.transitions,
@@ -244,7 +248,12 @@ impl Elector {
                 s.epoch = transitions;
             }
         });
-        if let Some(t) = self.candidate.observe(now, observed) {
+        let transition = if fresh_read {
+            self.candidate.observe_read(now, observed)
+        } else {
+            self.candidate.observe(now, observed)
+        };
+        if let Some(t) = transition {
             self.apply(t, now);
         } else if changed && !self.candidate.is_leader() && self.outputs_healthy {
             // Followers' flag files name the current leader too, for humans and dashboards.

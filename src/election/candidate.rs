@@ -153,6 +153,19 @@ impl Candidate {
         }
     }
 
+    /// Records the result of a fresh read (a GET, not a watch event). A Lease found absent by a
+    /// new read may have been recreated, renewed and deleted again since the last look without
+    /// us seeing it (the record key of an absent Lease never changes), so its absence is
+    /// counted from now.
+    pub fn observe_read(&mut self, now: BootInstant, observed: Observed) -> Option<Transition> {
+        if observed == Observed::Absent {
+            if let Some(seen) = self.seen.as_mut().filter(|s| s.key == RecordKey::Absent) {
+                seen.first_seen = now;
+            }
+        }
+        self.observe(now, observed)
+    }
+
     /// Checks the grant against the clock: a lapsed grant demotes before anything else happens.
     pub fn tick(&mut self, now: BootInstant) -> Option<Transition> {
         match self.term {
@@ -319,6 +332,24 @@ mod tests {
         c.observe(at(3.0), Observed::Absent);
         assert!(!c.may_acquire(at(17.9)));
         assert!(c.may_acquire(at(18.0)));
+    }
+
+    #[test]
+    fn a_lease_found_absent_again_by_a_new_read_restarts_the_wait() {
+        // Deleted at 100; our watch breaks; meanwhile it is recreated, renewed, deleted again.
+        let mut c = candidate();
+        c.observe(at(100.0), Observed::Absent);
+        c.observe_read(at(119.0), Observed::Absent);
+        assert!(
+            !c.may_acquire(at(119.0)),
+            "an unseen recreation may have happened"
+        );
+        assert!(c.may_acquire(at(134.0)));
+        // Watch events of an absence (no new read) keep counting from the first look.
+        let mut c = candidate();
+        c.observe(at(100.0), Observed::Absent);
+        c.observe(at(110.0), Observed::Absent);
+        assert!(c.may_acquire(at(115.0)));
     }
 
     #[test]

@@ -151,11 +151,7 @@ impl LeaseApi {
                             .as_ref()
                             .and_then(|l| l.metadata.resource_version.clone())
                             .unwrap_or_else(|| "0".to_owned());
-                        if tx
-                            .send(WatchItem::Observed(lease.map(Box::new)))
-                            .await
-                            .is_err()
-                        {
+                        if tx.send(WatchItem::Read(lease.map(Box::new))).await.is_err() {
                             return;
                         }
                         rv
@@ -170,9 +166,17 @@ impl LeaseApi {
                     }
                 },
             };
+            let started = tokio::time::Instant::now();
             match self.watch_from(&rv, &tx).await {
                 WatchEnd::Resume(last) => {
-                    backoff = Duration::from_millis(100);
+                    // A stream closed at once (a proxy that cuts long requests) must not turn
+                    // into back-to-back watch requests.
+                    if started.elapsed() < Duration::from_secs(1) {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(retry);
+                    } else {
+                        backoff = Duration::from_millis(100);
+                    }
                     resume_from = Some(last);
                 }
                 WatchEnd::Relist => {}
@@ -230,8 +234,10 @@ impl LeaseApi {
 /// What the watch task reports.
 #[derive(Debug)]
 pub enum WatchItem {
-    /// The Lease as it is now (`None`: it does not exist).
+    /// A watch event: the Lease as it is now (`None`: it was deleted).
     Observed(Option<Box<Lease>>),
+    /// A fresh read when the watch (re)starts: no continuity with what came before.
+    Read(Option<Box<Lease>>),
     /// The watch or its re-read failed; it retries by itself.
     Error(LeaseApiError),
 }

@@ -99,7 +99,9 @@ impl Elector {
                         .observe(BootInstant::now(), Observed::from_lease(&lease));
                     return;
                 }
-                Err(LeaseApiError::Conflict) => self.refresh().await,
+                Err(LeaseApiError::Conflict) => {
+                    self.refresh().await;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not release the Lease; it expires on its own");
                     return;

@@ -57,8 +57,9 @@ impl Elector {
             Err(LeaseApiError::Conflict) => {
                 self.metrics.api_error("conflict");
                 // Someone else wrote the Lease: re-read; if it still names us, renew again at once.
-                self.refresh().await;
-                if self.candidate.is_leader() {
+                // A failed re-read waits the retry period: retrying a stale copy at once would
+                // only hammer the API with more conflicts.
+                if self.refresh().await && self.candidate.is_leader() {
                     self.next_attempt = BootInstant::now();
                 }
             }
@@ -87,7 +88,9 @@ impl Elector {
             .await;
         match result {
             Ok(lease) => self.wrote(lease, |c, now, seen| c.renewed(sent_at, now, seen)),
-            Err(LeaseApiError::Conflict) => self.refresh().await,
+            Err(LeaseApiError::Conflict) => {
+                self.refresh().await;
+            }
             Err(e) => self.api_failed("recreate", &e),
         }
     }
@@ -133,14 +136,15 @@ impl Elector {
             Err(LeaseApiError::NotFound) => {
                 self.metrics.api_error("not_found");
                 self.remember(None);
-                self.observe(now, Observed::Absent);
+                self.observe(now, Observed::Absent, true);
             }
             Err(e) => self.api_failed("acquire", &e),
         }
     }
 
     /// Re-reads the Lease (after a conflict, or when we have no copy).
-    pub(super) async fn refresh(&mut self) {
+    /// Returns whether the read succeeded.
+    pub(super) async fn refresh(&mut self) -> bool {
         let api = self.api.clone();
         let result = self.race_expiry(async move { api.get().await }).await;
         match result {
@@ -148,9 +152,13 @@ impl Elector {
                 self.api_ok(true);
                 self.status.update(|s| s.lease_observed = true);
                 self.current = lease.clone();
-                self.observe(BootInstant::now(), observe(lease.as_ref()));
+                self.observe(BootInstant::now(), observe(lease.as_ref()), true);
+                true
             }
-            Err(e) => self.api_failed("get", &e),
+            Err(e) => {
+                self.api_failed("get", &e);
+                false
+            }
         }
     }
 
