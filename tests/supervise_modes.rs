@@ -389,3 +389,42 @@ fn on_change_signal_tells_the_app_instead_of_restarting_it() {
     assert_eq!(m["child_pid"].as_i64(), Some(pid as i64));
     assert_eq!(sb.starts().len(), 1, "the app was restarted");
 }
+
+#[test]
+fn a_leader_found_past_its_expiry_plus_the_grace_is_killed_at_once() {
+    let sb = Sandbox::new();
+    // The app ignores SIGTERM: only SIGKILL ends it, so the time to its end is the kill deadline.
+    let app = sb.recording_app(None);
+    let mut flags = MODE_FLAGS.to_vec();
+    // Nothing runs as follower, so the promotion does not wait out a grace of its own.
+    flags.extend_from_slice(&["--kill-grace", "2s", "--on-follower", "stop"]);
+    let sv = Supervisor::start(&sb, &flags, &[app.to_str().unwrap_or_default()]);
+    let g = leader(1, 1, Duration::from_millis(1500));
+    assert_eq!(sv.push(&g).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    // Freeze the supervisor (as cgroup throttling or a frozen container would) across the expiry
+    // and the whole grace after it; the leader app keeps running meanwhile.
+    sv.signal(nix::sys::signal::Signal::SIGSTOP);
+    let overdue = g
+        .expiry()
+        .saturating_add(Duration::from_millis(2300))
+        .as_nanos();
+    assert!(wait_until(
+        LIMIT,
+        || passmower_elector::clock::BootInstant::now().as_nanos() >= overdue
+    ));
+    sv.signal(nix::sys::signal::Signal::SIGCONT);
+    let resumed = Instant::now();
+    assert!(
+        wait_until(LIMIT, || !alive(leader_pid)),
+        "the overdue leader was never stopped"
+    );
+    let took = resumed.elapsed();
+    // Its expiry + K passed while frozen: SIGKILL at once, not a further full grace of 2s.
+    assert!(
+        took < Duration::from_millis(1000),
+        "leader killed {took:?} after the supervisor woke, past its expiry + grace"
+    );
+    eprintln!("overdue leader killed {took:?} after the supervisor woke");
+    assert!(wait_until(LIMIT, || sv.mode()["mode"] == "follower"));
+}

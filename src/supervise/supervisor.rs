@@ -114,6 +114,9 @@ pub struct Supervisor {
     pending: Vec<Pending>,
     shutdown: Option<Shutdown>,
     last_ack: Option<Grant>,
+    /// Expiry of the newest leader grant obeyed: a leader child's right to run ends there at the
+    /// latest, whatever else happens, so its SIGKILL is due no later than K after it.
+    leader_expiry: Option<BootInstant>,
     status: watch::Sender<Status>,
 }
 
@@ -128,6 +131,10 @@ impl Supervisor {
                 None
             }
         };
+        let leader_expiry = obeyed
+            .as_ref()
+            .filter(|g| g.mode == Mode::Leader)
+            .map(Grant::expiry);
         Supervisor {
             settings,
             obeyed,
@@ -138,6 +145,7 @@ impl Supervisor {
             pending: Vec::new(),
             shutdown: None,
             last_ack: None,
+            leader_expiry,
             status,
         }
     }
@@ -232,7 +240,7 @@ impl Supervisor {
                         pgid: r.pid,
                         main_alive: true,
                         group_termed: false,
-                        kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
+                        kill_at: self.kill_deadline(r.mode, BootInstant::now()),
                         killed: false,
                         exit: None,
                     });
@@ -301,16 +309,37 @@ impl Supervisor {
         }
     }
 
-    /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace.
+    /// When SIGKILL is due for a child in `mode` whose stop begins at `now`: the kill grace from
+    /// now, but for a leader never later than the kill grace after its grant's expiry.
+    fn kill_deadline(&self, mode: Mode, now: BootInstant) -> BootInstant {
+        let lapsed = match mode {
+            Mode::Leader => self.leader_expiry,
+            _ => None,
+        };
+        mode::kill_deadline(now, self.settings.kill_grace, lapsed)
+    }
+
+    /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace
+    /// (at once for a leader found past its grant's expiry + the kill grace).
     fn begin_stop(&mut self, r: Running) {
+        let now = BootInstant::now();
+        let kill_at = self.kill_deadline(r.mode, now);
         tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
         child::signal_group(r.pid, Signal::SIGTERM);
+        let killed = now >= kill_at;
+        if killed {
+            tracing::error!(
+                pgid = r.pid.as_raw(),
+                "leader grant expired more than the kill grace ago; sending SIGKILL at once"
+            );
+            child::signal_group(r.pid, Signal::SIGKILL);
+        }
         self.child = ChildState::Stopping(Stopping {
             pgid: r.pid,
             main_alive: true,
             group_termed: true,
-            kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
-            killed: false,
+            kill_at,
+            killed,
             exit: None,
         });
     }
@@ -390,6 +419,9 @@ impl Supervisor {
                         incarnation = g.incarnation, seq = g.seq, "grant changed");
                 } else {
                     tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
+                }
+                if g.mode == Mode::Leader {
+                    self.leader_expiry = Some(g.expiry());
                 }
                 self.obeyed = Some(g.clone());
                 self.demoted_locally = false;
