@@ -428,3 +428,84 @@ fn a_leader_found_past_its_expiry_plus_the_grace_is_killed_at_once() {
     eprintln!("overdue leader killed {took:?} after the supervisor woke");
     assert!(wait_until(LIMIT, || sv.mode()["mode"] == "follower"));
 }
+
+#[test]
+fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
+    let sb = Sandbox::new();
+    let sv = start_recording(
+        &sb,
+        &["--on-change", "signal:SIGUSR2", "--kill-grace", "1500ms"],
+    );
+    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    // A promotion is acked on delivery.
+    let sent = Instant::now();
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    assert!(
+        sent.elapsed() < Duration::from_millis(1000),
+        "promotion waited"
+    );
+
+    let port = sv.port;
+    let sent = Instant::now();
+    let demotion = std::thread::spawn(move || {
+        let r = http(port, "POST", "/", &follower(1, 2).to_json());
+        (r, sent.elapsed())
+    });
+    assert!(
+        wait_until(LIMIT, || sb
+            .lines("signals")
+            .iter()
+            .filter(|l| l.starts_with(&format!("USR2 {pid}")))
+            .count()
+            == 2),
+        "the app got the demotion signal"
+    );
+    // The app may still be finishing operator work: the ack file must not say follower yet.
+    std::thread::sleep(Duration::from_millis(500));
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(1)),
+        "demotion acked in the ack file before the kill grace"
+    );
+    let (reply, took) = demotion.join().expect("demotion thread");
+    let (status, body) = reply.expect("POST demotion");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "demotion acked {took:?} after the push, before the kill grace"
+    );
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("follower"), Some(2))
+    );
+    assert_eq!(sb.starts().len(), 1, "the app was restarted");
+}
+
+#[test]
+fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
+    let sb = Sandbox::new();
+    let sv = start_recording(
+        &sb,
+        &["--on-change", "signal:SIGUSR2", "--kill-grace", "2s"],
+    );
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let port = sv.port;
+    let demotion = std::thread::spawn(move || http(port, "POST", "/", &follower(1, 2).to_json()));
+    assert!(wait_until(LIMIT, || sv.mode()["transitioning"] == true));
+    let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = demotion
+        .join()
+        .expect("demotion thread")
+        .expect("POST demotion");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("superseded"), "{body}");
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(3))
+    );
+}

@@ -16,8 +16,11 @@
 //! - "Gone" means no process left in the child's process group. A process that moves itself to
 //!   another group or session (`setsid` in a grandchild) escapes the stop; apps that daemonize
 //!   that way need `--on-follower=stop` and their own cleanup.
-//! - With `--on-change=signal:SIG`, the ack means the signal was delivered, not that the app has
-//!   finished switching; the app keeps the environment it started with.
+//! - With `--on-change=signal:SIG`, a promotion is acked once the signal is delivered; a demotion
+//!   (a follower object or a lapsed grant) only once the kill grace has passed since the signal,
+//!   because the elector releases the Lease on that ack. The app must stop operator work within
+//!   `--kill-grace` of the signal; nothing checks that it did. It keeps the environment it
+//!   started with.
 //! - The child runs in its own process group, so it is not the terminal's foreground group; this
 //!   is meant for containers, where there is no terminal.
 
@@ -115,7 +118,9 @@ pub struct SuperviseArgs {
     /// How the app learns of a mode change: `restart` it with the new environment, or
     /// `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps that toggle live. With a signal the app
     /// keeps the environment it was started with; it must read its mode elsewhere (the flag
-    /// file, GET /mode). A crashed app is restarted with the current mode's environment.
+    /// file, GET /mode), and it must stop operator work within --kill-grace of a demotion
+    /// signal: the demotion is acked (and the Lease released) once that grace has passed. A
+    /// crashed app is restarted with the current mode's environment.
     #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|signal:SIGNAME",
         default_value = "restart", value_parser = mode::parse_on_change)]
     pub on_change: OnChange,

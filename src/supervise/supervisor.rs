@@ -68,6 +68,9 @@ struct Running {
     pid: Pid,
     mode: Mode,
     started: BootInstant,
+    /// With `--on-change=signal:`, after a demotion signal: the app has until then (the kill
+    /// grace after the signal) to stop operator work, so the demotion is not acked before.
+    demoting_until: Option<BootInstant>,
 }
 
 #[derive(Debug)]
@@ -179,6 +182,7 @@ impl Supervisor {
                 _ => None,
             };
             let stopping = matches!(self.child, ChildState::Stopping(_));
+            let demoted_at = self.demoting_until();
             tokio::select! {
                 Some(sig) = signals.next() => self.on_signal(sig),
                 Some(obs) = observations.recv() => self.on_file(obs),
@@ -188,8 +192,17 @@ impl Supervisor {
                     self.reconcile();
                 }
                 _ = sleep_until(restart_at) => self.reconcile(),
+                _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
             }
+        }
+    }
+
+    /// When a demotion by signal takes effect, while one is in flight.
+    fn demoting_until(&self) -> Option<BootInstant> {
+        match &self.child {
+            ChildState::Running(r) => r.demoting_until,
+            _ => None,
         }
     }
 
@@ -448,8 +461,13 @@ impl Supervisor {
         } else {
             mode::desired_child(self.target(now), self.settings.on_follower)
         };
-        let running = match &self.child {
-            ChildState::Running(r) => Some(r.mode),
+        let running = match &mut self.child {
+            ChildState::Running(r) => {
+                if r.demoting_until.is_some_and(|t| now >= t) {
+                    r.demoting_until = None;
+                }
+                Some(r.mode)
+            }
             _ => None,
         };
         match mode::step(running, desired, self.settings.on_change) {
@@ -467,10 +485,15 @@ impl Supervisor {
                         "signalling the child to switch mode");
                     child::signal(r.pid, sig);
                     r.mode = m;
+                    // A promotion takes effect on delivery; a demotion once the app has had the
+                    // kill grace to stop operator work. Until then nothing is acked, so the
+                    // elector keeps the Lease (and nobody else leads) while the app winds down.
+                    r.demoting_until =
+                        (m == Mode::Follower).then(|| now.saturating_add(self.settings.kill_grace));
                 }
             }
         }
-        if !matches!(self.child, ChildState::Stopping(_)) {
+        if !matches!(self.child, ChildState::Stopping(_)) && self.demoting_until().is_none() {
             self.settle(now);
         }
     }
@@ -500,6 +523,7 @@ impl Supervisor {
                     pid,
                     mode: m,
                     started: now,
+                    demoting_until: None,
                 });
             }
             Err(e) => {
@@ -518,7 +542,8 @@ impl Supervisor {
         }
     }
 
-    /// Writes the ack file and answers waiting pushes; only called when no stop is in flight.
+    /// Writes the ack file and answers waiting pushes; only called when no stop (or demotion by
+    /// signal) is in flight.
     fn settle(&mut self, now: BootInstant) {
         let in_effect = self.in_effect(now);
         let ack = self.ack_object(in_effect);
@@ -599,7 +624,8 @@ impl Supervisor {
             holder: obeyed.map(|g| g.holder.clone()).unwrap_or_default(),
             child_pid,
             restarts: self.restarts,
-            transitioning: matches!(self.child, ChildState::Stopping(_)),
+            transitioning: matches!(self.child, ChildState::Stopping(_))
+                || self.demoting_until().is_some(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),
