@@ -509,3 +509,58 @@ fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
         (Some("leader"), Some(3))
     );
 }
+
+#[test]
+fn no_leader_runs_until_the_ack_file_left_by_a_previous_supervisor_is_replaced() {
+    let sb = Sandbox::new();
+    // A directory where the ack file goes: the atomic rename onto it fails.
+    let ack_path = sb.path("grant.json.ack");
+    std::fs::create_dir(&ack_path).expect("mkdir");
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let sv = start_recording(&sb, &["--reread-interval", "200ms"]);
+    assert!(wait_until(LIMIT, || !sb.starts().is_empty()), "app started");
+    std::thread::sleep(Duration::from_millis(1000));
+    let starts = sb.starts();
+    assert!(
+        starts.iter().all(|(_, m)| m == "follower"),
+        "the app ran as leader without a fresh ack file: {starts:?}"
+    );
+    assert!(sv.log_contains("cannot write the ack file"));
+    assert_eq!(sv.mode()["mode"], "follower");
+
+    // Once the ack file can be written (retried on the re-read tick), the grant is obeyed.
+    std::fs::remove_dir(&ack_path).expect("rmdir");
+    sv.wait_mode("leader", LIMIT)
+        .expect("leader once the ack file is written");
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(1))
+    );
+}
+
+#[test]
+fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    let mut stopped = follower(1, 1);
+    stopped.mode = passmower_elector::grant::Mode::Stopped;
+    passmower_elector::grant::write_file(&sb.path("grant.json.ack"), &stopped).expect("ack");
+    // The app's first act is to record the ack file as it finds it (`read` is a shell builtin).
+    let app = sb.script(
+        "app.sh",
+        &format!(
+            "read -r ack < {dir}/grant.json.ack; echo \"$ack\" >> {dir}/ack_at_start\n\
+             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
+             while :; do sleep 0.05; done"
+        ),
+    );
+    let sv = Supervisor::start(&sb, &MODE_FLAGS, &[app.to_str().unwrap_or_default()]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    let seen = sb.lines("ack_at_start");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        !seen[0].contains("stopped"),
+        "the app ran while the old supervisor's ack said stopped: {seen:?}"
+    );
+}

@@ -9,6 +9,9 @@
 //! - The ack file (`<flag-file>.ack`) holds the last object obeyed with the mode actually in
 //!   effect: a leader grant that lapsed is acked as `follower` with its order, and `stopped`
 //!   (with the last order) is written once the child's group is gone at exit.
+//! - At start, before any child runs, the ack file is reset to `follower` with order 0/0, so a
+//!   `stopped` left by a previous supervisor (the volume outlives a container restart) cannot ack
+//!   a demotion for this one. While that write fails, the app runs only in follower mode.
 //! - A flag file that disappears or turns unreadable after start demotes (fail closed) until a
 //!   newer object arrives; the elector renews often enough for that to be short.
 //! - A push that was obeyed but overtaken before it took effect (a newer object changed the mode,
@@ -217,6 +220,7 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             on_follower: args.on_follower,
             on_change: args.on_change,
             ack_file: grant::ack_path(&args.flag_file),
+            ack_retry: args.reread_interval,
             exit_with_child: args.exit_with_child,
             backoff: Backoff::new(
                 args.restart_backoff_initial,

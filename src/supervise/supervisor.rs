@@ -48,6 +48,8 @@ pub struct Settings {
     pub on_change: OnChange,
     /// The flag file's `.ack` companion.
     pub ack_file: PathBuf,
+    /// How often a failed start-up write of the ack file is retried (the flag file's re-read).
+    pub ack_retry: Duration,
     /// Exit with the child's status when it exits on its own, instead of restarting it.
     pub exit_with_child: bool,
     pub backoff: Backoff,
@@ -117,6 +119,9 @@ pub struct Supervisor {
     pending: Vec<Pending>,
     shutdown: Option<Shutdown>,
     last_ack: Option<Grant>,
+    /// Whether this supervisor has replaced the ack file left by a previous one (whose `stopped`
+    /// would ack any demotion); until then the app does not run in leader mode.
+    ack_ready: bool,
     /// Expiry of the newest leader grant obeyed: a leader child's right to run ends there at the
     /// latest, whatever else happens, so its SIGKILL is due no later than K after it.
     leader_expiry: Option<BootInstant>,
@@ -148,6 +153,7 @@ impl Supervisor {
             pending: Vec::new(),
             shutdown: None,
             last_ack: None,
+            ack_ready: false,
             leader_expiry,
             status,
         }
@@ -170,6 +176,9 @@ impl Supervisor {
                 None => "no valid flag file".to_owned(),
             }
         );
+        // Before any child starts: the ack file may be a previous supervisor's (the volume
+        // outlives a container restart), and its `stopped` would ack any demotion for us.
+        self.write_startup_ack();
         self.reconcile();
         loop {
             if let Some(code) = self.finished() {
@@ -193,8 +202,33 @@ impl Supervisor {
                 }
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
+                _ = tokio::time::sleep(self.settings.ack_retry), if !self.ack_ready => {
+                    self.write_startup_ack();
+                    if self.ack_ready {
+                        self.reconcile();
+                    }
+                }
                 _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
             }
+        }
+    }
+
+    /// Replaces whatever ack file a previous supervisor left with "follower, nothing obeyed yet"
+    /// (order 0/0, which acks no object).
+    fn write_startup_ack(&mut self) {
+        let ack = Grant::follower("", 0, Order::default(), "");
+        match grant::write_file(&self.settings.ack_file, &ack) {
+            Ok(()) => {
+                if !self.ack_ready {
+                    tracing::info!(path = %self.settings.ack_file.display(), "ack file reset to follower");
+                }
+                self.ack_ready = true;
+                self.last_ack = Some(ack);
+            }
+            Err(e) => tracing::error!(error = %e,
+                retry_in = %crate::config::human(self.settings.ack_retry),
+                "cannot write the ack file; a stale one could ack a demotion that has not happened, \
+                 so the app runs only as follower until it is written"),
         }
     }
 
@@ -208,7 +242,11 @@ impl Supervisor {
 
     /// The mode the supervisor must be in now (ignoring shutdown).
     fn target(&self, now: BootInstant) -> Mode {
-        mode::target_mode(self.obeyed.as_ref(), self.demoted_locally, now)
+        mode::target_mode(
+            self.obeyed.as_ref(),
+            self.demoted_locally || !self.ack_ready,
+            now,
+        )
     }
 
     /// The mode in effect for acks and `GET /mode`.
@@ -550,7 +588,13 @@ impl Supervisor {
         if self.last_ack.as_ref() != Some(&ack) {
             match grant::write_file(&self.settings.ack_file, &ack) {
                 Ok(()) => self.last_ack = Some(ack.clone()),
-                Err(e) => tracing::warn!(error = %e, "cannot write the ack file"),
+                Err(e) => {
+                    if matches!(&self.child, ChildState::Running(r) if r.mode == Mode::Leader) {
+                        tracing::error!(error = %e, "cannot write the ack file while leader");
+                    } else {
+                        tracing::warn!(error = %e, "cannot write the ack file");
+                    }
+                }
             }
         }
         let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
