@@ -564,3 +564,31 @@ fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
         "the app ran while the old supervisor's ack said stopped: {seen:?}"
     );
 }
+
+#[test]
+fn a_grant_from_a_future_incarnation_is_refused_on_both_channels() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    // An incarnation is an elector's start on CLOCK_BOOTTIME: one an hour ahead cannot be real.
+    let future = passmower_elector::clock::BootInstant::now()
+        .saturating_add(Duration::from_secs(3600))
+        .as_nanos();
+    let (status, body) = sv.push(&leader(future, 1, Duration::from_secs(60)));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("incarnation"), "{body}");
+    sb.write_grant(&leader(future, 2, Duration::from_secs(60)));
+    assert!(
+        wait_until(LIMIT, || sv.log_contains("via=\"flag file\"")
+            || sv.log_contains("via=flag file")),
+        "the flag file's object was not refused"
+    );
+    let m = sv.mode();
+    assert_eq!(
+        (m["mode"].as_str(), m["seq"].as_u64()),
+        (Some("follower"), Some(0))
+    );
+    // It blocked nothing: a real elector's objects are still obeyed.
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    sv.wait_mode("leader", LIMIT).expect("leader child");
+}

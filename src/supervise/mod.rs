@@ -52,7 +52,9 @@ Modes: the app is started with the supervisor's environment plus --follower-env 
 --leader-env / --leader-args. A renewal (same mode, newer seq) only moves the expiry; it never \
 restarts the app. When the leader grant expires without renewal the app is demoted at once.\n\n\
 Pushes: POST the grant object to http://LISTEN/ ; 200 means it has fully taken effect (for a \
-demotion: the old process group is gone), 409 means it was older than the last object obeyed. \
+demotion: the old process group is gone), 409 means it was older than the last object obeyed, \
+400 means it is not a grant object or names an elector incarnation later than the boot clock \
+(such an object in the flag file is ignored). \
 GET /mode reports the current state as JSON.\n\n\
 Example (retrofit Passmower): supervise --leader-env NAMESPACE_SELECTOR=passmower \
 --follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/index.js")]

@@ -50,6 +50,13 @@ pub fn target_mode(obeyed: Option<&Grant>, demoted_locally: bool, now: BootInsta
     }
 }
 
+/// Whether `g` claims an elector incarnation that has not started yet. An incarnation is its
+/// elector's start time on CLOCK_BOOTTIME, so one later than `now` cannot be legitimate; obeyed,
+/// it would make every real object look stale until the clock caught up.
+pub fn from_the_future(g: &Grant, now: BootInstant) -> bool {
+    g.incarnation > now.as_nanos()
+}
+
 /// When SIGKILL goes to a group whose stop begins at `now`: the kill grace after `now`, but never
 /// later than the kill grace after `lapsed`, the expiry of the leader grant the child ran under.
 ///
@@ -249,6 +256,15 @@ mod tests {
         assert_eq!(step(None, f, usr2), Step::Start(Mode::Follower));
         assert_eq!(step(l, None, usr2), Step::Stop);
         assert_eq!(step(None, None, restart), Step::Keep);
+    }
+
+    #[test]
+    fn an_incarnation_later_than_the_boot_clock_is_from_the_future() {
+        let now = BootInstant::from_nanos(1_000);
+        assert!(!from_the_future(&follower(999, 1), now));
+        assert!(!from_the_future(&follower(1_000, 1), now));
+        assert!(from_the_future(&follower(1_001, 1), now));
+        assert!(from_the_future(&leader(u64::MAX, 1, 2_000), now));
     }
 
     #[test]

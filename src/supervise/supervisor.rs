@@ -132,6 +132,13 @@ impl Supervisor {
     /// A supervisor starting from `initial`, the flag file as read at start-up.
     pub fn new(settings: Settings, initial: Observation, status: watch::Sender<Status>) -> Self {
         let obeyed = match initial {
+            Observation::Valid(g) if mode::from_the_future(&g, BootInstant::now()) => {
+                tracing::warn!(
+                    incarnation = g.incarnation,
+                    "flag file names an elector incarnation later than the boot clock; ignoring it"
+                );
+                None
+            }
             Observation::Valid(g) => Some(g),
             Observation::Absent => None,
             Observation::Invalid(reason) => {
@@ -446,6 +453,27 @@ impl Supervisor {
     /// Applies the ordering rule to an object from either channel.
     fn offer(&mut self, g: Grant, reply: Option<oneshot::Sender<Reply>>) {
         let now = BootInstant::now();
+        if mode::from_the_future(&g, now) {
+            // Obeyed, it would outrank every real object until the boot clock caught up.
+            let reason = format!(
+                "incarnation {} is later than the boot clock ({}): no elector started then",
+                g.incarnation,
+                now.as_nanos()
+            );
+            tracing::warn!(
+                seq = g.seq,
+                via = if reply.is_some() {
+                    "toggle"
+                } else {
+                    "flag file"
+                },
+                "ignoring a grant object: {reason}"
+            );
+            if let Some(reply) = reply {
+                let _ = reply.send(Reply::Rejected(reason));
+            }
+            return;
+        }
         let verdict = mode::judge(self.obeyed.as_ref(), &g);
         let requested = mode::target_mode(Some(&g), false, now);
         match verdict {

@@ -34,6 +34,8 @@ pub enum Reply {
     Superseded { mode: Mode, last: Order },
     /// 503: the supervisor is exiting and cannot promote.
     ShuttingDown,
+    /// 400: an object no legitimate elector can have sent (the reason says why); ignored.
+    Rejected(String),
 }
 
 /// What `GET /mode` reports.
@@ -158,6 +160,7 @@ async fn push(req: Request<Incoming>, pushes: mpsc::Sender<Push>) -> Response<Fu
             .to_string()
             .into_bytes(),
         ),
+        Ok(Reply::Rejected(reason)) => text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
         Ok(Reply::ShuttingDown) | Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "supervisor is exiting\n"),
     }
 }
