@@ -111,7 +111,10 @@ pub struct SuperviseArgs {
     pub follower_args: Vec<String>,
 
     /// Time the app's process group gets between SIGTERM and SIGKILL, on a mode change and at
-    /// shutdown.
+    /// shutdown; a leader whose grant lapsed is killed no later than this after the expiry. With
+    /// --on-change=signal:, the time the app has to stop operator work after a demotion signal.
+    /// Must not exceed the elector's --kill-grace (`inject` sets both to the same value): the
+    /// elector counts on the app having stopped within its own.
     #[arg(long, env = "ELECTOR_KILL_GRACE", value_name = "DURATION",
         default_value = "3s", value_parser = parse_positive_duration)]
     pub kill_grace: Duration,
