@@ -27,7 +27,9 @@ fn start_recording(sb: &Sandbox, extra: &[&str]) -> Supervisor {
 fn without_a_flag_file_it_starts_as_follower_and_acks_that() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &[]);
-    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
     assert_eq!(sb.ack().expect("ack")["mode"], "follower");
     assert_eq!(sb.starts(), vec![(pid, "follower".to_owned())]);
@@ -372,7 +374,9 @@ fn on_follower_stop_runs_nothing_until_promoted() {
 fn on_change_signal_tells_the_app_instead_of_restarting_it() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &["--on-change", "signal:SIGUSR2"]);
-    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
         wait_until(LIMIT, || sb
@@ -436,7 +440,9 @@ fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
         &sb,
         &["--on-change", "signal:SIGUSR2", "--kill-grace", "1500ms"],
     );
-    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     // A promotion is acked on delivery.
     let sent = Instant::now();
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
@@ -490,7 +496,8 @@ fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
         &sb,
         &["--on-change", "signal:SIGUSR2", "--kill-grace", "2s"],
     );
-    sv.wait_mode("follower", LIMIT).expect("follower child");
+    sv.wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     let port = sv.port;
     let demotion = std::thread::spawn(move || http(port, "POST", "/", &follower(1, 2).to_json()));
@@ -556,7 +563,8 @@ fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
         ),
     );
     let sv = Supervisor::start(&sb, &MODE_FLAGS, &[app.to_str().unwrap_or_default()]);
-    sv.wait_mode("follower", LIMIT).expect("follower child");
+    sv.wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     let seen = sb.lines("ack_at_start");
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(
