@@ -27,7 +27,9 @@ fn start_recording(sb: &Sandbox, extra: &[&str]) -> Supervisor {
 fn without_a_flag_file_it_starts_as_follower_and_acks_that() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &[]);
-    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
     assert_eq!(sb.ack().expect("ack")["mode"], "follower");
     assert_eq!(sb.starts(), vec![(pid, "follower".to_owned())]);
@@ -372,7 +374,9 @@ fn on_follower_stop_runs_nothing_until_promoted() {
 fn on_change_signal_tells_the_app_instead_of_restarting_it() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &["--on-change", "signal:SIGUSR2"]);
-    let pid = sv.wait_mode("follower", LIMIT).expect("follower child");
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
         wait_until(LIMIT, || sb
@@ -388,4 +392,211 @@ fn on_change_signal_tells_the_app_instead_of_restarting_it() {
     );
     assert_eq!(m["child_pid"].as_i64(), Some(pid as i64));
     assert_eq!(sb.starts().len(), 1, "the app was restarted");
+}
+
+#[test]
+fn a_leader_found_past_its_expiry_plus_the_grace_is_killed_at_once() {
+    let sb = Sandbox::new();
+    // The app ignores SIGTERM: only SIGKILL ends it, so the time to its end is the kill deadline.
+    let app = sb.recording_app(None);
+    let mut flags = MODE_FLAGS.to_vec();
+    // Nothing runs as follower, so the promotion does not wait out a grace of its own.
+    flags.extend_from_slice(&["--kill-grace", "2s", "--on-follower", "stop"]);
+    let sv = Supervisor::start(&sb, &flags, &[app.to_str().unwrap_or_default()]);
+    let g = leader(1, 1, Duration::from_millis(1500));
+    assert_eq!(sv.push(&g).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    // Freeze the supervisor (as cgroup throttling or a frozen container would) across the expiry
+    // and the whole grace after it; the leader app keeps running meanwhile.
+    sv.signal(nix::sys::signal::Signal::SIGSTOP);
+    let overdue = g
+        .expiry()
+        .saturating_add(Duration::from_millis(2300))
+        .as_nanos();
+    assert!(wait_until(
+        LIMIT,
+        || passmower_elector::clock::BootInstant::now().as_nanos() >= overdue
+    ));
+    sv.signal(nix::sys::signal::Signal::SIGCONT);
+    let resumed = Instant::now();
+    assert!(
+        wait_until(LIMIT, || !alive(leader_pid)),
+        "the overdue leader was never stopped"
+    );
+    let took = resumed.elapsed();
+    // Its expiry + K passed while frozen: SIGKILL at once, not a further full grace of 2s.
+    assert!(
+        took < Duration::from_millis(1000),
+        "leader killed {took:?} after the supervisor woke, past its expiry + grace"
+    );
+    eprintln!("overdue leader killed {took:?} after the supervisor woke");
+    assert!(wait_until(LIMIT, || sv.mode()["mode"] == "follower"));
+}
+
+#[test]
+fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
+    let sb = Sandbox::new();
+    let sv = start_recording(
+        &sb,
+        &["--on-change", "signal:SIGUSR2", "--kill-grace", "1500ms"],
+    );
+    let pid = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
+    // A promotion is acked on delivery.
+    let sent = Instant::now();
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    assert!(
+        sent.elapsed() < Duration::from_millis(1000),
+        "promotion waited"
+    );
+
+    let port = sv.port;
+    let sent = Instant::now();
+    let demotion = std::thread::spawn(move || {
+        let r = http(port, "POST", "/", &follower(1, 2).to_json());
+        (r, sent.elapsed())
+    });
+    assert!(
+        wait_until(LIMIT, || sb
+            .lines("signals")
+            .iter()
+            .filter(|l| l.starts_with(&format!("USR2 {pid}")))
+            .count()
+            == 2),
+        "the app got the demotion signal"
+    );
+    // The app may still be finishing operator work: the ack file must not say follower yet.
+    std::thread::sleep(Duration::from_millis(500));
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(1)),
+        "demotion acked in the ack file before the kill grace"
+    );
+    let (reply, took) = demotion.join().expect("demotion thread");
+    let (status, body) = reply.expect("POST demotion");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "demotion acked {took:?} after the push, before the kill grace"
+    );
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("follower"), Some(2))
+    );
+    assert_eq!(sb.starts().len(), 1, "the app was restarted");
+}
+
+#[test]
+fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
+    let sb = Sandbox::new();
+    let sv = start_recording(
+        &sb,
+        &["--on-change", "signal:SIGUSR2", "--kill-grace", "2s"],
+    );
+    sv.wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let port = sv.port;
+    let demotion = std::thread::spawn(move || http(port, "POST", "/", &follower(1, 2).to_json()));
+    assert!(wait_until(LIMIT, || sv.mode()["transitioning"] == true));
+    let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = demotion
+        .join()
+        .expect("demotion thread")
+        .expect("POST demotion");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("superseded"), "{body}");
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(3))
+    );
+}
+
+#[test]
+fn no_leader_runs_until_the_ack_file_left_by_a_previous_supervisor_is_replaced() {
+    let sb = Sandbox::new();
+    // A directory where the ack file goes: the atomic rename onto it fails.
+    let ack_path = sb.path("grant.json.ack");
+    std::fs::create_dir(&ack_path).expect("mkdir");
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let sv = start_recording(&sb, &["--reread-interval", "200ms"]);
+    assert!(wait_until(LIMIT, || !sb.starts().is_empty()), "app started");
+    std::thread::sleep(Duration::from_millis(1000));
+    let starts = sb.starts();
+    assert!(
+        starts.iter().all(|(_, m)| m == "follower"),
+        "the app ran as leader without a fresh ack file: {starts:?}"
+    );
+    assert!(sv.log_contains("cannot write the ack file"));
+    assert_eq!(sv.mode()["mode"], "follower");
+
+    // Once the ack file can be written (retried on the re-read tick), the grant is obeyed.
+    std::fs::remove_dir(&ack_path).expect("rmdir");
+    sv.wait_mode("leader", LIMIT)
+        .expect("leader once the ack file is written");
+    let ack = sb.ack().expect("ack");
+    assert_eq!(
+        (ack["mode"].as_str(), ack["seq"].as_u64()),
+        (Some("leader"), Some(1))
+    );
+}
+
+#[test]
+fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    let mut stopped = follower(1, 1);
+    stopped.mode = passmower_elector::grant::Mode::Stopped;
+    passmower_elector::grant::write_file(&sb.path("grant.json.ack"), &stopped).expect("ack");
+    // The app's first act is to record the ack file as it finds it (`read` is a shell builtin).
+    let app = sb.script(
+        "app.sh",
+        &format!(
+            "read -r ack < {dir}/grant.json.ack; echo \"$ack\" >> {dir}/ack_at_start\n\
+             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
+             while :; do sleep 0.05; done"
+        ),
+    );
+    let sv = Supervisor::start(&sb, &MODE_FLAGS, &[app.to_str().unwrap_or_default()]);
+    sv.wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
+    let seen = sb.lines("ack_at_start");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        !seen[0].contains("stopped"),
+        "the app ran while the old supervisor's ack said stopped: {seen:?}"
+    );
+}
+
+#[test]
+fn a_grant_from_a_future_incarnation_is_refused_on_both_channels() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    // An incarnation is an elector's start on CLOCK_BOOTTIME: one an hour ahead cannot be real.
+    let future = passmower_elector::clock::BootInstant::now()
+        .saturating_add(Duration::from_secs(3600))
+        .as_nanos();
+    let (status, body) = sv.push(&leader(future, 1, Duration::from_secs(60)));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("incarnation"), "{body}");
+    sb.write_grant(&leader(future, 2, Duration::from_secs(60)));
+    assert!(
+        wait_until(LIMIT, || sv.log_contains("via=\"flag file\"")
+            || sv.log_contains("via=flag file")),
+        "the flag file's object was not refused"
+    );
+    let m = sv.mode();
+    assert_eq!(
+        (m["mode"].as_str(), m["seq"].as_u64()),
+        (Some("follower"), Some(0))
+    );
+    // It blocked nothing: a real elector's objects are still obeyed.
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    sv.wait_mode("leader", LIMIT).expect("leader child");
 }

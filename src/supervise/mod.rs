@@ -9,6 +9,9 @@
 //! - The ack file (`<flag-file>.ack`) holds the last object obeyed with the mode actually in
 //!   effect: a leader grant that lapsed is acked as `follower` with its order, and `stopped`
 //!   (with the last order) is written once the child's group is gone at exit.
+//! - At start, before any child runs, the ack file is reset to `follower` with order 0/0, so a
+//!   `stopped` left by a previous supervisor (the volume outlives a container restart) cannot ack
+//!   a demotion for this one. While that write fails, the app runs only in follower mode.
 //! - A flag file that disappears or turns unreadable after start demotes (fail closed) until a
 //!   newer object arrives; the elector renews often enough for that to be short.
 //! - A push that was obeyed but overtaken before it took effect (a newer object changed the mode,
@@ -16,8 +19,11 @@
 //! - "Gone" means no process left in the child's process group. A process that moves itself to
 //!   another group or session (`setsid` in a grandchild) escapes the stop; apps that daemonize
 //!   that way need `--on-follower=stop` and their own cleanup.
-//! - With `--on-change=signal:SIG`, the ack means the signal was delivered, not that the app has
-//!   finished switching; the app keeps the environment it started with.
+//! - With `--on-change=signal:SIG`, a promotion is acked once the signal is delivered; a demotion
+//!   (a follower object or a lapsed grant) only once the kill grace has passed since the signal,
+//!   because the elector releases the Lease on that ack. The app must stop operator work within
+//!   `--kill-grace` of the signal; nothing checks that it did. It keeps the environment it
+//!   started with.
 //! - The child runs in its own process group, so it is not the terminal's foreground group; this
 //!   is meant for containers, where there is no terminal.
 
@@ -46,7 +52,9 @@ Modes: the app is started with the supervisor's environment plus --follower-env 
 --leader-env / --leader-args. A renewal (same mode, newer seq) only moves the expiry; it never \
 restarts the app. When the leader grant expires without renewal the app is demoted at once.\n\n\
 Pushes: POST the grant object to http://LISTEN/ ; 200 means it has fully taken effect (for a \
-demotion: the old process group is gone), 409 means it was older than the last object obeyed. \
+demotion: the old process group is gone), 409 means it was older than the last object obeyed, \
+400 means it is not a grant object or names an elector incarnation later than the boot clock \
+(such an object in the flag file is ignored). \
 GET /mode reports the current state as JSON.\n\n\
 Example (retrofit Passmower): supervise --leader-env NAMESPACE_SELECTOR=passmower \
 --follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/index.js")]
@@ -103,7 +111,10 @@ pub struct SuperviseArgs {
     pub follower_args: Vec<String>,
 
     /// Time the app's process group gets between SIGTERM and SIGKILL, on a mode change and at
-    /// shutdown.
+    /// shutdown; a leader whose grant lapsed is killed no later than this after the expiry. With
+    /// --on-change=signal:, the time the app has to stop operator work after a demotion signal.
+    /// Must not exceed the elector's --kill-grace (`inject` sets both to the same value): the
+    /// elector counts on the app having stopped within its own.
     #[arg(long, env = "ELECTOR_KILL_GRACE", value_name = "DURATION",
         default_value = "3s", value_parser = parse_positive_duration)]
     pub kill_grace: Duration,
@@ -115,7 +126,9 @@ pub struct SuperviseArgs {
     /// How the app learns of a mode change: `restart` it with the new environment, or
     /// `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps that toggle live. With a signal the app
     /// keeps the environment it was started with; it must read its mode elsewhere (the flag
-    /// file, GET /mode). A crashed app is restarted with the current mode's environment.
+    /// file, GET /mode), and it must stop operator work within --kill-grace of a demotion
+    /// signal: the demotion is acked (and the Lease released) once that grace has passed. A
+    /// crashed app is restarted with the current mode's environment.
     #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|signal:SIGNAME",
         default_value = "restart", value_parser = mode::parse_on_change)]
     pub on_change: OnChange,
@@ -212,6 +225,7 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             on_follower: args.on_follower,
             on_change: args.on_change,
             ack_file: grant::ack_path(&args.flag_file),
+            ack_retry: args.reread_interval,
             exit_with_child: args.exit_with_child,
             backoff: Backoff::new(
                 args.restart_backoff_initial,

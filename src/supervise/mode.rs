@@ -50,6 +50,31 @@ pub fn target_mode(obeyed: Option<&Grant>, demoted_locally: bool, now: BootInsta
     }
 }
 
+/// Whether `g` claims an elector incarnation that has not started yet. An incarnation is its
+/// elector's start time on CLOCK_BOOTTIME, so one later than `now` cannot be legitimate; obeyed,
+/// it would make every real object look stale until the clock caught up.
+pub fn from_the_future(g: &Grant, now: BootInstant) -> bool {
+    g.incarnation > now.as_nanos()
+}
+
+/// When SIGKILL goes to a group whose stop begins at `now`: the kill grace after `now`, but never
+/// later than the kill grace after `lapsed`, the expiry of the leader grant the child ran under.
+///
+/// A supervisor that notices an expiry late (CPU throttling, a frozen container) must not give
+/// the app a further full grace while another pod may already lead; one found past `lapsed` + K
+/// is killed at once. A `lapsed` still in the future never shortens the grace.
+pub fn kill_deadline(
+    now: BootInstant,
+    kill_grace: Duration,
+    lapsed: Option<BootInstant>,
+) -> BootInstant {
+    let from_now = now.saturating_add(kill_grace);
+    match lapsed {
+        Some(expiry) => from_now.min(expiry.saturating_add(kill_grace)),
+        None => from_now,
+    }
+}
+
 /// What runs while follower.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnFollower {
@@ -231,6 +256,30 @@ mod tests {
         assert_eq!(step(None, f, usr2), Step::Start(Mode::Follower));
         assert_eq!(step(l, None, usr2), Step::Stop);
         assert_eq!(step(None, None, restart), Step::Keep);
+    }
+
+    #[test]
+    fn an_incarnation_later_than_the_boot_clock_is_from_the_future() {
+        let now = BootInstant::from_nanos(1_000);
+        assert!(!from_the_future(&follower(999, 1), now));
+        assert!(!from_the_future(&follower(1_000, 1), now));
+        assert!(from_the_future(&follower(1_001, 1), now));
+        assert!(from_the_future(&leader(u64::MAX, 1, 2_000), now));
+    }
+
+    #[test]
+    fn a_late_noticed_expiry_does_not_earn_a_further_full_grace() {
+        let k = Duration::from_nanos(300);
+        let at = BootInstant::from_nanos;
+        // No lapsed grant (a follower restart, a shutdown): the full grace from now.
+        assert_eq!(kill_deadline(at(1_000), k, None), at(1_300));
+        // Noticed on time, or the grant still runs: the full grace from now.
+        assert_eq!(kill_deadline(at(1_000), k, Some(at(1_000))), at(1_300));
+        assert_eq!(kill_deadline(at(1_000), k, Some(at(5_000))), at(1_300));
+        // Noticed 200 late: only what is left of the grace after the expiry.
+        assert_eq!(kill_deadline(at(1_200), k, Some(at(1_000))), at(1_300));
+        // Noticed past expiry + K: the deadline has passed, so SIGKILL goes at once.
+        assert!(kill_deadline(at(2_000), k, Some(at(1_000))) <= at(2_000));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct Settings {
     pub on_change: OnChange,
     /// The flag file's `.ack` companion.
     pub ack_file: PathBuf,
+    /// How often a failed start-up write of the ack file is retried (the flag file's re-read).
+    pub ack_retry: Duration,
     /// Exit with the child's status when it exits on its own, instead of restarting it.
     pub exit_with_child: bool,
     pub backoff: Backoff,
@@ -68,6 +70,9 @@ struct Running {
     pid: Pid,
     mode: Mode,
     started: BootInstant,
+    /// With `--on-change=signal:`, after a demotion signal: the app has until then (the kill
+    /// grace after the signal) to stop operator work, so the demotion is not acked before.
+    demoting_until: Option<BootInstant>,
 }
 
 #[derive(Debug)]
@@ -114,6 +119,12 @@ pub struct Supervisor {
     pending: Vec<Pending>,
     shutdown: Option<Shutdown>,
     last_ack: Option<Grant>,
+    /// Whether this supervisor has replaced the ack file left by a previous one (whose `stopped`
+    /// would ack any demotion); until then the app does not run in leader mode.
+    ack_ready: bool,
+    /// Expiry of the newest leader grant obeyed: a leader child's right to run ends there at the
+    /// latest, whatever else happens, so its SIGKILL is due no later than K after it.
+    leader_expiry: Option<BootInstant>,
     status: watch::Sender<Status>,
 }
 
@@ -121,6 +132,13 @@ impl Supervisor {
     /// A supervisor starting from `initial`, the flag file as read at start-up.
     pub fn new(settings: Settings, initial: Observation, status: watch::Sender<Status>) -> Self {
         let obeyed = match initial {
+            Observation::Valid(g) if mode::from_the_future(&g, BootInstant::now()) => {
+                tracing::warn!(
+                    incarnation = g.incarnation,
+                    "flag file names an elector incarnation later than the boot clock; ignoring it"
+                );
+                None
+            }
             Observation::Valid(g) => Some(g),
             Observation::Absent => None,
             Observation::Invalid(reason) => {
@@ -128,6 +146,10 @@ impl Supervisor {
                 None
             }
         };
+        let leader_expiry = obeyed
+            .as_ref()
+            .filter(|g| g.mode == Mode::Leader)
+            .map(Grant::expiry);
         Supervisor {
             settings,
             obeyed,
@@ -138,6 +160,8 @@ impl Supervisor {
             pending: Vec::new(),
             shutdown: None,
             last_ack: None,
+            ack_ready: false,
+            leader_expiry,
             status,
         }
     }
@@ -159,6 +183,9 @@ impl Supervisor {
                 None => "no valid flag file".to_owned(),
             }
         );
+        // Before any child starts: the ack file may be a previous supervisor's (the volume
+        // outlives a container restart), and its `stopped` would ack any demotion for us.
+        self.write_startup_ack();
         self.reconcile();
         loop {
             if let Some(code) = self.finished() {
@@ -171,6 +198,7 @@ impl Supervisor {
                 _ => None,
             };
             let stopping = matches!(self.child, ChildState::Stopping(_));
+            let demoted_at = self.demoting_until();
             tokio::select! {
                 Some(sig) = signals.next() => self.on_signal(sig),
                 Some(obs) = observations.recv() => self.on_file(obs),
@@ -180,14 +208,52 @@ impl Supervisor {
                     self.reconcile();
                 }
                 _ = sleep_until(restart_at) => self.reconcile(),
+                _ = sleep_until(demoted_at) => self.reconcile(),
+                _ = tokio::time::sleep(self.settings.ack_retry), if !self.ack_ready => {
+                    self.write_startup_ack();
+                    if self.ack_ready {
+                        self.reconcile();
+                    }
+                }
                 _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
             }
         }
     }
 
+    /// Replaces whatever ack file a previous supervisor left with "follower, nothing obeyed yet"
+    /// (order 0/0, which acks no object).
+    fn write_startup_ack(&mut self) {
+        let ack = Grant::follower("", 0, Order::default(), "");
+        match grant::write_file(&self.settings.ack_file, &ack) {
+            Ok(()) => {
+                if !self.ack_ready {
+                    tracing::info!(path = %self.settings.ack_file.display(), "ack file reset to follower");
+                }
+                self.ack_ready = true;
+                self.last_ack = Some(ack);
+            }
+            Err(e) => tracing::error!(error = %e,
+                retry_in = %crate::config::human(self.settings.ack_retry),
+                "cannot write the ack file; a stale one could ack a demotion that has not happened, \
+                 so the app runs only as follower until it is written"),
+        }
+    }
+
+    /// When a demotion by signal takes effect, while one is in flight.
+    fn demoting_until(&self) -> Option<BootInstant> {
+        match &self.child {
+            ChildState::Running(r) => r.demoting_until,
+            _ => None,
+        }
+    }
+
     /// The mode the supervisor must be in now (ignoring shutdown).
     fn target(&self, now: BootInstant) -> Mode {
-        mode::target_mode(self.obeyed.as_ref(), self.demoted_locally, now)
+        mode::target_mode(
+            self.obeyed.as_ref(),
+            self.demoted_locally || !self.ack_ready,
+            now,
+        )
     }
 
     /// The mode in effect for acks and `GET /mode`.
@@ -232,7 +298,7 @@ impl Supervisor {
                         pgid: r.pid,
                         main_alive: true,
                         group_termed: false,
-                        kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
+                        kill_at: self.kill_deadline(r.mode, BootInstant::now()),
                         killed: false,
                         exit: None,
                     });
@@ -301,16 +367,37 @@ impl Supervisor {
         }
     }
 
-    /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace.
+    /// When SIGKILL is due for a child in `mode` whose stop begins at `now`: the kill grace from
+    /// now, but for a leader never later than the kill grace after its grant's expiry.
+    fn kill_deadline(&self, mode: Mode, now: BootInstant) -> BootInstant {
+        let lapsed = match mode {
+            Mode::Leader => self.leader_expiry,
+            _ => None,
+        };
+        mode::kill_deadline(now, self.settings.kill_grace, lapsed)
+    }
+
+    /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace
+    /// (at once for a leader found past its grant's expiry + the kill grace).
     fn begin_stop(&mut self, r: Running) {
+        let now = BootInstant::now();
+        let kill_at = self.kill_deadline(r.mode, now);
         tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
         child::signal_group(r.pid, Signal::SIGTERM);
+        let killed = now >= kill_at;
+        if killed {
+            tracing::error!(
+                pgid = r.pid.as_raw(),
+                "leader grant expired more than the kill grace ago; sending SIGKILL at once"
+            );
+            child::signal_group(r.pid, Signal::SIGKILL);
+        }
         self.child = ChildState::Stopping(Stopping {
             pgid: r.pid,
             main_alive: true,
             group_termed: true,
-            kill_at: BootInstant::now().saturating_add(self.settings.kill_grace),
-            killed: false,
+            kill_at,
+            killed,
             exit: None,
         });
     }
@@ -366,6 +453,27 @@ impl Supervisor {
     /// Applies the ordering rule to an object from either channel.
     fn offer(&mut self, g: Grant, reply: Option<oneshot::Sender<Reply>>) {
         let now = BootInstant::now();
+        if mode::from_the_future(&g, now) {
+            // Obeyed, it would outrank every real object until the boot clock caught up.
+            let reason = format!(
+                "incarnation {} is later than the boot clock ({}): no elector started then",
+                g.incarnation,
+                now.as_nanos()
+            );
+            tracing::warn!(
+                seq = g.seq,
+                via = if reply.is_some() {
+                    "toggle"
+                } else {
+                    "flag file"
+                },
+                "ignoring a grant object: {reason}"
+            );
+            if let Some(reply) = reply {
+                let _ = reply.send(Reply::Rejected(reason));
+            }
+            return;
+        }
         let verdict = mode::judge(self.obeyed.as_ref(), &g);
         let requested = mode::target_mode(Some(&g), false, now);
         match verdict {
@@ -390,6 +498,9 @@ impl Supervisor {
                         incarnation = g.incarnation, seq = g.seq, "grant changed");
                 } else {
                     tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
+                }
+                if g.mode == Mode::Leader {
+                    self.leader_expiry = Some(g.expiry());
                 }
                 self.obeyed = Some(g.clone());
                 self.demoted_locally = false;
@@ -416,8 +527,13 @@ impl Supervisor {
         } else {
             mode::desired_child(self.target(now), self.settings.on_follower)
         };
-        let running = match &self.child {
-            ChildState::Running(r) => Some(r.mode),
+        let running = match &mut self.child {
+            ChildState::Running(r) => {
+                if r.demoting_until.is_some_and(|t| now >= t) {
+                    r.demoting_until = None;
+                }
+                Some(r.mode)
+            }
             _ => None,
         };
         match mode::step(running, desired, self.settings.on_change) {
@@ -435,10 +551,15 @@ impl Supervisor {
                         "signalling the child to switch mode");
                     child::signal(r.pid, sig);
                     r.mode = m;
+                    // A promotion takes effect on delivery; a demotion once the app has had the
+                    // kill grace to stop operator work. Until then nothing is acked, so the
+                    // elector keeps the Lease (and nobody else leads) while the app winds down.
+                    r.demoting_until =
+                        (m == Mode::Follower).then(|| now.saturating_add(self.settings.kill_grace));
                 }
             }
         }
-        if !matches!(self.child, ChildState::Stopping(_)) {
+        if !matches!(self.child, ChildState::Stopping(_)) && self.demoting_until().is_none() {
             self.settle(now);
         }
     }
@@ -468,6 +589,7 @@ impl Supervisor {
                     pid,
                     mode: m,
                     started: now,
+                    demoting_until: None,
                 });
             }
             Err(e) => {
@@ -486,14 +608,21 @@ impl Supervisor {
         }
     }
 
-    /// Writes the ack file and answers waiting pushes; only called when no stop is in flight.
+    /// Writes the ack file and answers waiting pushes; only called when no stop (or demotion by
+    /// signal) is in flight.
     fn settle(&mut self, now: BootInstant) {
         let in_effect = self.in_effect(now);
         let ack = self.ack_object(in_effect);
         if self.last_ack.as_ref() != Some(&ack) {
             match grant::write_file(&self.settings.ack_file, &ack) {
                 Ok(()) => self.last_ack = Some(ack.clone()),
-                Err(e) => tracing::warn!(error = %e, "cannot write the ack file"),
+                Err(e) => {
+                    if matches!(&self.child, ChildState::Running(r) if r.mode == Mode::Leader) {
+                        tracing::error!(error = %e, "cannot write the ack file while leader");
+                    } else {
+                        tracing::warn!(error = %e, "cannot write the ack file");
+                    }
+                }
             }
         }
         let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
@@ -567,7 +696,8 @@ impl Supervisor {
             holder: obeyed.map(|g| g.holder.clone()).unwrap_or_default(),
             child_pid,
             restarts: self.restarts,
-            transitioning: matches!(self.child, ChildState::Stopping(_)),
+            transitioning: matches!(self.child, ChildState::Stopping(_))
+                || self.demoting_until().is_some(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),

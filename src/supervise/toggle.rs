@@ -34,6 +34,8 @@ pub enum Reply {
     Superseded { mode: Mode, last: Order },
     /// 503: the supervisor is exiting and cannot promote.
     ShuttingDown,
+    /// 400: an object no legitimate elector can have sent (the reason says why); ignored.
+    Rejected(String),
 }
 
 /// What `GET /mode` reports.
@@ -50,7 +52,8 @@ pub struct Status {
     pub child_pid: Option<i32>,
     /// Restarts after the child exited on its own.
     pub restarts: u64,
-    /// Whether a stop is in progress (pushes wait for it before they are answered).
+    /// Whether a stop, or a demotion by signal, is in progress (pushes wait for it before they
+    /// are answered).
     pub transitioning: bool,
     /// CLOCK_BOOTTIME nanoseconds at which the leader grant lapses; 0 when not leader.
     pub expires_boottime_ns: u64,
@@ -157,6 +160,7 @@ async fn push(req: Request<Incoming>, pushes: mpsc::Sender<Push>) -> Response<Fu
             .to_string()
             .into_bytes(),
         ),
+        Ok(Reply::Rejected(reason)) => text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
         Ok(Reply::ShuttingDown) | Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "supervisor is exiting\n"),
     }
 }

@@ -80,12 +80,13 @@ impl Sandbox {
             &format!(
                 r#"
 rec() {{ echo "$1 $$ $(cut -d' ' -f1 /proc/uptime)" >> {dir}/signals; }}
-echo "$$ mode=$MODE args=$*" >> {dir}/starts
 trap '{on_term}' TERM
 trap 'rec HUP' HUP
 trap 'rec USR1' USR1
 trap 'rec USR2' USR2
 trap 'rec INT; exit 130' INT
+# Recorded once the traps are in place, so a test that saw the start may signal the app.
+echo "$$ mode=$MODE args=$*" >> {dir}/starts
 # `wait` returns when a trapped signal arrives; a foreground sleep would delay the trap.
 while :; do sleep 0.05 & wait $!; done
 "#
@@ -277,6 +278,13 @@ impl Supervisor {
             pid.is_some()
         });
         pid
+    }
+
+    /// Like [`Supervisor::wait_mode`], and then waits (bounded) until that child has recorded its
+    /// start in the sandbox's `starts` (for a recording app: its traps are in place).
+    pub fn wait_started(&self, sb: &Sandbox, mode: &str, limit: Duration) -> Option<i32> {
+        let pid = self.wait_mode(mode, limit)?;
+        wait_until(limit, || sb.starts().iter().any(|(p, _)| *p == pid)).then_some(pid)
     }
 
     pub fn log_contains(&self, needle: &str) -> bool {
