@@ -492,6 +492,11 @@ fn read_events(flag: &Path) -> Vec<(bool, BootInstant)> {
 
 /// Time within `[from, to]` during which two or more slots claimed leadership.
 fn two_leader_time(claims: &[Claim], from: BootInstant, to: BootInstant) -> Duration {
+    two_leader_episodes(claims, from, to).iter().sum()
+}
+
+/// Each stretch within `[from, to]` during which two or more slots claimed leadership.
+fn two_leader_episodes(claims: &[Claim], from: BootInstant, to: BootInstant) -> Vec<Duration> {
     let mut edges: Vec<(BootInstant, i32)> = Vec::new();
     for c in claims {
         let (s, e) = (c.start.max(from), c.end.min(to));
@@ -504,15 +509,41 @@ fn two_leader_time(claims: &[Claim], from: BootInstant, to: BootInstant) -> Dura
     edges.sort_by_key(|&(t, d)| (t, d));
     let mut depth = 0;
     let mut since = from;
-    let mut total = Duration::ZERO;
+    let mut episodes = Vec::new();
+    let mut current = Duration::ZERO;
     for (t, d) in edges {
         if depth >= 2 {
-            total += t.saturating_since(since);
+            current += t.saturating_since(since);
         }
         depth += d;
+        if depth < 2 && !current.is_zero() {
+            episodes.push(current);
+            current = Duration::ZERO;
+        }
         since = t;
     }
-    total
+    episodes
+}
+
+/// The claims that touch `[from, to]`, as `slot N: start → end` relative to `from`.
+fn timeline(claims: &[Claim], from: BootInstant, to: BootInstant) -> String {
+    let rel = |t: BootInstant| {
+        if t < from {
+            format!("−{:.2} s", from.saturating_since(t).as_secs_f64())
+        } else {
+            format!("{:.2} s", t.saturating_since(from).as_secs_f64())
+        }
+    };
+    let mut touching: Vec<&Claim> = claims
+        .iter()
+        .filter(|c| c.start < to && c.end > from)
+        .collect();
+    touching.sort_by_key(|c| c.start);
+    touching
+        .iter()
+        .map(|c| format!("slot {}: {} → {}", c.slot, rel(c.start), rel(c.end)))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 // --- measurements ---------------------------------------------------------------------------
@@ -543,6 +574,9 @@ struct Safety {
     /// Pause only: two-leader time after SIGCONT (the old leader running again as leader).
     two_leaders_after_resume: Duration,
     note: String,
+    /// Which slot claimed leadership when, around the fault.
+    timeline: String,
+    old_slot: usize,
 }
 
 #[derive(Default)]
@@ -555,7 +589,8 @@ struct Results {
     partition: Safety,
     pause: Safety,
     binary_size: u64,
-    two_leaders_in_handover_and_crash: Duration,
+    /// Two-leader stretches during the handover and crash rounds.
+    two_leader_episodes: Vec<Duration>,
 }
 
 fn proc_rss_kb(pid: i32) -> u64 {
@@ -733,6 +768,8 @@ fn fault_run(group: &mut Group, fault: Fault, length: Duration) {
     let to = BootInstant::now();
     let claims = group.claims();
     safety.two_leaders = two_leader_time(&claims, from, to);
+    safety.timeline = timeline(&claims, from, to);
+    safety.old_slot = old;
     safety.two_leaders_after_resume = two_leader_time(&claims, healed, to);
     safety.old_stepped_down = claims
         .iter()
@@ -883,8 +920,8 @@ fn side_by_side() {
     eprintln!("crashes done after {:?}", started.elapsed());
     let mark = BootInstant::now();
     for g in &groups {
-        let t = two_leader_time(&g.claims(), BootInstant::from_nanos(0), mark);
-        RESULTS.with_group(g.kind, |r| r.two_leaders_in_handover_and_crash = t);
+        let e = two_leader_episodes(&g.claims(), BootInstant::from_nanos(0), mark);
+        RESULTS.with_group(g.kind, |r| r.two_leader_episodes = e);
     }
     for fault in [Fault::Partition, Fault::Pause] {
         std::thread::scope(|s| {
@@ -1041,7 +1078,9 @@ fn render_markdown(
     ) {
         (Some(a), Some(b)) if a > Duration::ZERO => {
             let ratio = b.as_secs_f64() / a.as_secs_f64();
-            if ratio >= 1.0 {
+            if (ratio - 1.0).abs() < 1e-9 {
+                "1× (reference)".into()
+            } else if ratio >= 1.0 {
                 format!("{ratio:.1}× faster")
             } else {
                 format!("{:.1}× slower", 1.0 / ratio)
@@ -1123,7 +1162,18 @@ fn render_markdown(
     row(
         &mut md,
         "two-leader time during the handover and crash rounds",
-        &|r| fmt_d(r.two_leaders_in_handover_and_crash),
+        &|r| {
+            let e = &r.two_leader_episodes;
+            match e.iter().max() {
+                None => "0 ms".into(),
+                Some(longest) => format!(
+                    "{} in {} episode(s), longest {}",
+                    fmt_d(e.iter().sum()),
+                    e.len(),
+                    fmt_d(*longest)
+                ),
+            }
+        },
     );
     let fault_rows = |md: &mut String, name: &str, pick: &dyn Fn(&Results) -> &Safety| {
         row(
@@ -1169,6 +1219,28 @@ fn render_markdown(
         }
     }
     let _ = writeln!(md, "\n![graceful handover per round](handover.svg)\n");
+    let _ = writeln!(
+        md,
+        "### Fault timelines\n\nEvery leader claim around each fault, in seconds from the \
+         fault's start (the fault ends at {fault_s} s, the watch at {} s).\n",
+        fault_s + 12
+    );
+    for (k, r) in rs {
+        for (name, s) in [("partition", &r.partition), ("pause", &r.pause)] {
+            let _ = writeln!(
+                md,
+                "- {} {name} (old leader: slot {}): {}",
+                k.name(),
+                s.old_slot,
+                if s.timeline.is_empty() {
+                    "—"
+                } else {
+                    &s.timeline
+                }
+            );
+        }
+    }
+    let _ = writeln!(md);
 
     // Targets.
     let ours = rs.iter().find(|(k, _)| *k == Kind::Ours).map(|(_, r)| *r);
@@ -1299,7 +1371,9 @@ codegen unit, `panic = "abort"`, stripped), client-go with `-trimpath -ldflags "
 - **Graceful handover**: SIGTERM to the leader, then the time until another candidate claims
   leadership; the old candidate is restarted after each round (2 s to settle), so three always
   run. **Crash takeover**: the same with SIGKILL (after the leader renewed at least once). The
-  crash rounds of all implementations run at the same time (their waits dominate).
+  crash rounds of all implementations run at the same time (their waits dominate). Followers
+  count the lease duration from when they saw the last renewal, which came up to one renewal
+  interval before the kill, so a takeover can come that much sooner than 15 s after the kill.
 - **Requests**: the apiserver's audit log (stage `RequestReceived`, level Metadata, for the
   candidates' users only), counted per user over the steady minute in which all four groups
   ran idle. A `watch` is counted when it is opened.
