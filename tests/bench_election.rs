@@ -1404,7 +1404,10 @@ The timelines above show which of these happened in this run; the mechanisms are
   `tryRelease` re-reads the Lease (refreshing its resourceVersion) but decides whether it leads
   from its *old* observation, so a release that runs after a partition heals can clear the
   *successor's* Lease: a third candidate then takes it while the successor still believes it
-  leads, until its own renew deadline passes.
+  leads, until its own renew deadline passes. Whether that release lands depends on where the
+  renew deadline falls against the heal; in one development run of this benchmark
+  (2026-11-30, same setup) it did, and two client-go candidates led at once for 11.3 s after the
+  partition healed.
 - **kube-lease-manager**: the holder has no renew deadline; when renewals fail the `watch()`
   task backs off and retries and the channel keeps saying `true`, so a partitioned or paused
   leader claims leadership until it can reach the apiserver again. Followers sleep until the
