@@ -8,6 +8,7 @@
 // convenience re-exports below).
 #![allow(dead_code, unused_imports)]
 
+pub mod audit;
 pub mod cluster;
 pub mod elector;
 pub mod grants;

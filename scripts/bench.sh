@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The side-by-side leader-election benchmark, in one command: builds the peers
+# (scripts/build-bench-peers.sh), our release binary and the control plane (cached), then runs
+# the #[ignore]d test tests/bench_election.rs, which writes docs/BENCHMARKS.md and
+# docs/handover.svg. Takes about a quarter of an hour once everything is built; never run by CI.
+#
+#   scripts/bench.sh
+#   PME_BENCH_HANDOVER_ROUNDS=5 PME_BENCH_CRASH_ROUNDS=1 PME_BENCH_ONLY=ours,cgo \
+#     PME_BENCH_OUT=/tmp/bench scripts/bench.sh     # a quick look, not for the docs
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ -z "${PME_CONTROL_PLANE:-}" ]]; then
+  PME_CONTROL_PLANE="$(scripts/build-test-cluster.sh | tail -n 1)"
+fi
+export PME_CONTROL_PLANE
+command -v openssl >/dev/null || { echo "bench.sh: openssl is required (test CA)" >&2; exit 1; }
+
+PME_BENCH_PEERS="$(scripts/build-bench-peers.sh | tail -n 1)"
+export PME_BENCH_PEERS
+set -a
+# shellcheck disable=SC1091
+. "$PME_BENCH_PEERS/versions.env"
+set +a
+
+cargo build --release --locked --bin passmower-elector
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+export PME_BENCH_ELECTOR="$target_dir/release/passmower-elector"
+
+BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
+BENCH_RUSTC_VERSION="$(rustc --version)"
+BENCH_GIT_REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export BENCH_DATE BENCH_RUSTC_VERSION BENCH_GIT_REV
+
+exec cargo test --locked --test bench_election -- --ignored --exact side_by_side --nocapture
