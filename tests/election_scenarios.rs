@@ -45,6 +45,17 @@ impl Pods {
         }
     }
 
+    /// A released Lease and one candidate per name, all contending; returns once one leads.
+    async fn contending_for_a_released_lease(names: &[&str]) -> (Pods, usize) {
+        let mut pods = Pods::new().await;
+        put_lease(&pods, Some(""), Some(1), None).await;
+        for pod in names {
+            pods.start(pod);
+        }
+        let leader = pods.wait_for_leader(Duration::from_secs(20), None);
+        (pods, leader)
+    }
+
     fn flag_file(&self, pod: &str) -> PathBuf {
         self.dir.path().join(pod).join("grant.json")
     }
@@ -60,20 +71,8 @@ impl Pods {
         let index = self.pods.len();
         self.recorder.watch(&format!("{pod}#{index}"), flag.clone());
         let flag = flag.to_string_lossy().into_owned();
-        let mut args = vec![
-            "--lease-name",
-            &self.ns.lease_name,
-            "--lease-duration",
-            "4s",
-            "--renew-deadline",
-            "1500ms",
-            "--retry-period",
-            "300ms",
-            "--kill-grace",
-            "1s",
-            "--flag-file",
-            &flag,
-        ];
+        let mut args = vec!["--lease-name", &self.ns.lease_name, "--flag-file", &flag];
+        args.extend_from_slice(&support::FAST_TIMINGS);
         if !extra.contains(&"--probe-addr") {
             args.extend_from_slice(&["--probe-addr", "127.0.0.1:0"]);
         }
@@ -248,12 +247,8 @@ async fn absent_lease_is_created_only_after_one_lease_duration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_takes_over_at_once_after_a_graceful_release() {
-    let mut pods = Pods::new().await;
-    put_lease(&pods, Some(""), Some(1), None).await;
-    for pod in ["pod-a", "pod-b", "pod-c"] {
-        pods.start(pod);
-    }
-    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let (mut pods, first) =
+        Pods::contending_for_a_released_lease(&["pod-a", "pod-b", "pod-c"]).await;
     std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     pods.pods[first].signal(Signal::SIGTERM);
@@ -277,12 +272,8 @@ async fn follower_takes_over_at_once_after_a_graceful_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_leader_is_replaced_only_after_the_lease_duration() {
-    let mut pods = Pods::new().await;
-    put_lease(&pods, Some(""), Some(1), None).await;
-    for pod in ["pod-a", "pod-b", "pod-c"] {
-        pods.start(pod);
-    }
-    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let (mut pods, first) =
+        Pods::contending_for_a_released_lease(&["pod-a", "pod-b", "pod-c"]).await;
     std::thread::sleep(Duration::from_millis(700));
     let killed_at = BootInstant::now();
     pods.pods[first].signal(Signal::SIGKILL);
@@ -333,12 +324,7 @@ async fn leader_cut_off_from_the_api_lets_its_grant_lapse_before_anyone_else_lea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_leader_demotes_on_resume_without_any_overlap() {
-    let mut pods = Pods::new().await;
-    put_lease(&pods, Some(""), Some(1), None).await;
-    for pod in ["pod-a", "pod-b"] {
-        pods.start(pod);
-    }
-    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let (mut pods, first) = Pods::contending_for_a_released_lease(&["pod-a", "pod-b"]).await;
     std::thread::sleep(Duration::from_millis(500));
     pods.pods[first].signal(Signal::SIGSTOP);
     let next = pods.wait_for_leader(Duration::from_secs(20), Some(first));
@@ -394,12 +380,7 @@ async fn stolen_lease_demotes_the_leader_and_the_thief_record_ages_a_full_durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_lease_is_recreated_by_its_leader_and_followers_do_not_jump_in() {
-    let mut pods = Pods::new().await;
-    put_lease(&pods, Some(""), Some(1), None).await;
-    for pod in ["pod-a", "pod-b", "pod-c"] {
-        pods.start(pod);
-    }
-    let first = pods.wait_for_leader(Duration::from_secs(20), None);
+    let (pods, first) = Pods::contending_for_a_released_lease(&["pod-a", "pod-b", "pod-c"]).await;
     let holder = pods.grant(first).expect("grant").holder;
     pods.leases()
         .await
@@ -467,27 +448,16 @@ async fn two_processes_with_the_same_pod_name_never_both_lead() {
     let flag_arg = flag.to_string_lossy().into_owned();
     let kubeconfig = pods.ns.elector_kubeconfig.clone();
     pods.recorder.watch("twin#second", flag.clone());
-    let second = ElectorProcess::elect_with_kubeconfig(
-        "twin",
-        &pods.ns,
-        &kubeconfig,
-        &[
-            "--lease-name",
-            &pods.ns.lease_name,
-            "--lease-duration",
-            "4s",
-            "--renew-deadline",
-            "1500ms",
-            "--retry-period",
-            "300ms",
-            "--kill-grace",
-            "1s",
-            "--probe-addr",
-            "127.0.0.1:0",
-            "--flag-file",
-            &flag_arg,
-        ],
-    );
+    let mut args = vec![
+        "--lease-name",
+        &pods.ns.lease_name,
+        "--probe-addr",
+        "127.0.0.1:0",
+        "--flag-file",
+        &flag_arg,
+    ];
+    args.extend_from_slice(&support::FAST_TIMINGS);
+    let second = ElectorProcess::elect_with_kubeconfig("twin", &pods.ns, &kubeconfig, &args);
     // Both race for the released Lease; exactly one of them may win it.
     let leads = |path: &std::path::Path| {
         grant::read_file(path)

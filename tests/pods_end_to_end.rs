@@ -74,28 +74,18 @@ while :; do sleep 0.05 & wait $!; done"#,
     fn start_elector(&mut self, ns: &TestNs) {
         let flag = self.sandbox.flag_file().to_string_lossy().into_owned();
         let toggle = format!("http://127.0.0.1:{}/grant", self.supervisor.port);
-        self.elector = Some(ElectorProcess::elect(
-            &self.name,
-            ns,
-            &[
-                "--lease-name",
-                &ns.lease_name,
-                "--lease-duration",
-                "4s",
-                "--renew-deadline",
-                "1500ms",
-                "--retry-period",
-                "300ms",
-                "--kill-grace",
-                "1s",
-                "--probe-addr",
-                "127.0.0.1:0",
-                "--flag-file",
-                &flag,
-                "--toggle-url",
-                &toggle,
-            ],
-        ));
+        let mut args = vec![
+            "--lease-name",
+            &ns.lease_name,
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--flag-file",
+            &flag,
+            "--toggle-url",
+            &toggle,
+        ];
+        args.extend_from_slice(&support::FAST_TIMINGS);
+        self.elector = Some(ElectorProcess::elect(&self.name, ns, &args));
     }
 
     fn elector(&mut self) -> &mut ElectorProcess {

@@ -217,7 +217,7 @@ async fn push_loop(
             Err(why) => {
                 failures += 1;
                 // Log the first failure and then every 50th, so a dead consumer cannot flood logs.
-                if failures == 1 || failures % 50 == 0 {
+                if failures == 1 || failures.is_multiple_of(50) {
                     tracing::warn!(url = %url, mode = %grant.mode, seq = grant.seq, failures, error = %why, "toggle push failed; retrying");
                 }
                 tokio::select! {

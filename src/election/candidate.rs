@@ -478,7 +478,9 @@ mod tests {
                     let now = BootInstant::from_nanos(ms * 1_000_000);
                     a.tick(now);
                     // a renews (or acquires) every retry period while alive.
-                    if ms < crash_at_ms && ms % 2_000 == 0 && (a.is_leader() || a.may_acquire(now))
+                    if ms < crash_at_ms
+                        && ms.is_multiple_of(2_000)
+                        && (a.is_leader() || a.may_acquire(now))
                     {
                         rv += 1;
                         let record = held(Some("a_1"), rv, Some(15), 1);

@@ -26,6 +26,19 @@ pub use grants::{GrantInterval, GrantRecorder, GrantTimeline, Seen};
 pub use proxy::{FaultMode, FaultProxy};
 pub use rbac::{elector_lease_rules, rules_without, DEFAULT_LEASE_NAME};
 
+/// The shortened election timings of the scenario tests (D 4s, R 1.5s, P 300ms, K 1s): they
+/// satisfy the same safety rule as the defaults (R + K + 1s < D) and run in seconds.
+pub const FAST_TIMINGS: [&str; 8] = [
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "300ms",
+    "--kill-grace",
+    "1s",
+];
+
 /// Polls `cond` every `poll` until it holds (`true`) or `timeout` has passed (`false`). The
 /// condition is checked once more at the deadline, so a slow last poll is not lost.
 pub fn wait_until(timeout: Duration, poll: Duration, mut cond: impl FnMut() -> bool) -> bool {
