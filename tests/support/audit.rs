@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::cluster::{client_from_kubeconfig, write_kubeconfig};
+use super::cluster::{client_from_kubeconfig, write_kubeconfig, ControlPlaneProcess, Layout};
 use super::process;
 
 /// Every audited user is in this group; RBAC binds the Lease and Event permissions to it.
@@ -86,41 +86,18 @@ impl AuditedCluster {
         let port = |i: usize| ports[i].local_addr().expect("addr").port();
         let (etcd_client, etcd_peer, api_port) = (port(0), port(1), port(2));
         drop(ports);
-        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
-        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
         let d = |f: &str| dir.path().join(f).display().to_string();
-        let p = |f: &str| pki.join(f).display().to_string();
-
-        let mut etcd = Command::new(bin.join("etcd"));
-        etcd.args(["--name", "pme-audit"])
-            .arg(format!("--data-dir={}", d("etcd")))
-            .arg(format!("--listen-client-urls={etcd_url}"))
-            .arg(format!("--advertise-client-urls={etcd_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=pme-audit={peer_url}"))
-            .arg("--unsafe-no-fsync")
-            .arg("--log-level=warn");
-        let mut api = Command::new(bin.join("kube-apiserver"));
-        api.arg(format!("--etcd-servers={etcd_url}"))
-            .arg(format!("--secure-port={api_port}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            .arg("--endpoint-reconciler-type=none")
-            .arg(format!("--cert-dir={}", d("apiserver-certs")))
-            .arg(format!("--tls-cert-file={}", p("server.crt")))
-            .arg(format!("--tls-private-key-file={}", p("server.key")))
-            .arg(format!("--client-ca-file={}", p("ca.crt")))
-            .arg(format!("--service-account-key-file={}", p("sa.key")))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                p("sa.key")
-            ))
-            .arg("--service-account-issuer=https://kubernetes.default.svc")
-            .arg(format!("--token-auth-file={}", d("tokens.csv")))
-            .arg("--authorization-mode=RBAC")
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
-            .arg(format!("--audit-policy-file={}", d("audit-policy.yaml")))
+        // The shared cluster's command lines (one statement of the flags), plus the audit log.
+        let layout = Layout {
+            bin: bin.clone(),
+            dir: dir.path().to_owned(),
+            etcd_client,
+            etcd_peer,
+            api_port,
+        };
+        let etcd = layout.command(ControlPlaneProcess::Etcd);
+        let mut api = layout.command(ControlPlaneProcess::KubeApiserver);
+        api.arg(format!("--audit-policy-file={}", d("audit-policy.yaml")))
             .arg(format!("--audit-log-path={}", d("audit.log")))
             .arg("--audit-log-mode=blocking")
             .arg("--audit-log-format=json");

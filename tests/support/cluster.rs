@@ -68,12 +68,12 @@ impl ControlPlaneProcess {
 /// Where the binaries are and which ports and directories the processes use: everything needed
 /// to build their command lines again.
 #[derive(Clone, Debug)]
-struct Layout {
-    bin: PathBuf,
-    dir: PathBuf,
-    etcd_client: u16,
-    etcd_peer: u16,
-    api_port: u16,
+pub(super) struct Layout {
+    pub(super) bin: PathBuf,
+    pub(super) dir: PathBuf,
+    pub(super) etcd_client: u16,
+    pub(super) etcd_peer: u16,
+    pub(super) api_port: u16,
 }
 
 /// A fresh namespace with an elector identity bound to the Lease RBAC.
@@ -418,7 +418,7 @@ fn start() -> Result<Cluster, String> {
 impl Layout {
     /// The command line of `which`; the same on every (re)start, so a restarted process finds
     /// its ports, certificates and (for etcd) its data again.
-    fn command(&self, which: ControlPlaneProcess) -> Command {
+    pub(super) fn command(&self, which: ControlPlaneProcess) -> Command {
         let etcd_url = format!("http://127.0.0.1:{}", self.etcd_client);
         match which {
             ControlPlaneProcess::Etcd => {
