@@ -527,21 +527,7 @@ async fn without_update_permission_nobody_ever_leads() {
         .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let flag = dir.path().join("grant.json");
-    let admin: Api<Lease> = Api::namespaced(cluster.admin_client().await, &ns.name);
-    let released = Lease {
-        metadata: ObjectMeta {
-            name: Some(ns.lease_name.clone()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(String::new()),
-            ..Default::default()
-        }),
-    };
-    admin
-        .create(&PostParams::default(), &released)
-        .await
-        .expect("create");
+    cluster.create_released_lease(&ns).await;
     let flag_arg = flag.to_string_lossy().into_owned();
     let elector = ElectorProcess::elect(
         "pod-a",

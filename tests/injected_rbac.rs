@@ -12,9 +12,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use passmower_elector::grant::{self, Mode};
@@ -247,23 +246,6 @@ async fn assert_never_leads(elector: &ElectorProcess, period: Duration, why: &st
     }
 }
 
-async fn create_released_lease(cluster: &Cluster, ns: &TestNs) {
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(ns.lease_name.clone()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(String::new()),
-            ..Default::default()
-        }),
-    };
-    Api::<Lease>::namespaced(cluster.admin_client().await, &ns.name)
-        .create(&PostParams::default(), &lease)
-        .await
-        .expect("create the released Lease");
-}
-
 async fn lease_holder(cluster: &Cluster, ns: &TestNs) -> Option<String> {
     Api::<Lease>::namespaced(cluster.admin_client().await, &ns.name)
         .get_opt(&ns.lease_name)
@@ -343,7 +325,7 @@ async fn one_permission_less(verbs: &[&str], lease_exists: bool) {
     }
     let (ns, injected) = install(cluster, Some(&rules)).await;
     if lease_exists {
-        create_released_lease(cluster, &ns).await;
+        cluster.create_released_lease(&ns).await;
     }
     let elector = start_elector(&ns, &injected, free_port());
     let why = format!("without {verbs:?} on leases");
@@ -388,7 +370,7 @@ async fn without_watch_the_elector_is_refused_its_watch_and_polls() {
     let cluster = Cluster::shared();
     let rules = support::rules_without(&injected_rules(), "coordination.k8s.io", "leases", "watch");
     let (ns, injected) = install(cluster, Some(&rules)).await;
-    create_released_lease(cluster, &ns).await;
+    cluster.create_released_lease(&ns).await;
     let port = free_port();
     let elector = start_elector(&ns, &injected, port);
     assert!(

@@ -7,9 +7,6 @@ mod support_supervise;
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 
 use support::{wait_until, Cluster, ElectorProcess, TestNs};
@@ -128,23 +125,6 @@ while :; do sleep 0.05 & wait $!; done"#,
     }
 }
 
-async fn released_lease(ns: &TestNs) {
-    let api: Api<Lease> = Api::namespaced(Cluster::shared().admin_client().await, &ns.name);
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(ns.lease_name.clone()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(String::new()),
-            ..Default::default()
-        }),
-    };
-    api.create(&PostParams::default(), &lease)
-        .await
-        .expect("create lease");
-}
-
 fn wait_for_leading_pod(pods: &[Pod], timeout: Duration, other_than: Option<usize>) -> usize {
     let mut found = None;
     let ok = wait_until(timeout, POLL, || {
@@ -184,7 +164,7 @@ fn assert_leader_runs_disjoint(pods: &[Pod]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_elector_demotes_its_app_before_another_pod_promotes() {
     let ns = Cluster::shared().new_namespace().await;
-    released_lease(&ns).await;
+    Cluster::shared().create_released_lease(&ns).await;
     let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     let old_app = pods[first].leading_app().expect("leader app");
@@ -216,7 +196,7 @@ async fn killed_elector_demotes_its_app_before_another_pod_promotes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_only_after_the_app_has_stopped_and_the_toggle_acked() {
     let ns = Cluster::shared().new_namespace().await;
-    released_lease(&ns).await;
+    Cluster::shared().create_released_lease(&ns).await;
     let mut pods = vec![
         Pod::start("pod-a", &ns),
         Pod::start("pod-b", &ns),
@@ -248,7 +228,7 @@ async fn native_sidecar_order_hands_over_through_the_ack_file() {
     // With a native sidecar the kubelet stops the app container first; the elector hears SIGTERM
     // only after the supervisor has exited and nobody answers a push any more.
     let ns = Cluster::shared().new_namespace().await;
-    released_lease(&ns).await;
+    Cluster::shared().create_released_lease(&ns).await;
     let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     pods[first].supervisor.signal(Signal::SIGTERM);

@@ -174,6 +174,28 @@ impl Cluster {
         client_from_kubeconfig(&self.admin_kubeconfig).await
     }
 
+    /// Creates `ns`'s Lease as released (empty holder), as admin: candidates take it at once
+    /// instead of waiting a lease duration for an absent one.
+    pub async fn create_released_lease(&self, ns: &TestNs) {
+        let lease = k8s_openapi::api::coordination::v1::Lease {
+            metadata: ObjectMeta {
+                name: Some(ns.lease_name.clone()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(String::new()),
+                ..Default::default()
+            }),
+        };
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+            self.admin_client().await,
+            &ns.name,
+        )
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create the released Lease");
+    }
+
     /// A fresh namespace whose elector identity has exactly [`elector_lease_rules`] for
     /// [`DEFAULT_LEASE_NAME`].
     pub async fn new_namespace(&self) -> TestNs {
