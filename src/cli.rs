@@ -41,7 +41,15 @@ pub enum Role {
 /// Parses the command line and runs the chosen role. Usage errors exit 2 (clap's convention,
 /// shared with every configuration error the roles find themselves).
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Helm 4 hides a post-renderer's stderr: `inject --on-error=manifest` reports even a
+        // mistyped flag where Helm shows it.
+        Err(e) => match inject::usage_error(&e, std::env::args_os()) {
+            Some(code) => return code,
+            None => e.exit(),
+        },
+    };
     if let Err(e) = logging::init(&cli.log) {
         return e.report();
     }

@@ -15,10 +15,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
-use super::yaml::Document;
 use super::{
     InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
-    PASSMOWER_APP_COMMAND, VERSION,
+    PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
 };
 
 /// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
@@ -83,6 +82,7 @@ pub struct Target {
     selector: Value,
     replicas: Option<u64>,
     labels: Mapping,
+    pod_labels: Mapping,
 }
 
 /// What the companion objects (RBAC, PDB) need to know about an injected workload.
@@ -111,8 +111,11 @@ fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
 impl Target {
     /// Returns the target in `doc`, if it is one. Structural problems are errors only once the
     /// document is clearly aimed at (right kind, target container present).
-    pub fn find(doc: &Document, opts: &InjectOptions) -> Result<Option<Target>, InjectError> {
-        let value = &doc.value;
+    pub fn find(
+        value: &Value,
+        document: usize,
+        opts: &InjectOptions,
+    ) -> Result<Option<Target>, InjectError> {
         let Some(kind) = str_at(value, &["kind"]).and_then(WorkloadKind::parse) else {
             return Ok(None);
         };
@@ -131,7 +134,7 @@ impl Target {
             return Ok(None);
         }
         let fail = |workload: String, reason: &str| InjectError::Manifest {
-            document: doc.number,
+            document,
             workload,
             reason: reason.to_owned(),
         };
@@ -151,7 +154,7 @@ impl Target {
                 .map(str::to_owned)
         };
         Ok(Some(Target {
-            document: doc.number,
+            document,
             kind,
             name,
             namespace,
@@ -168,7 +171,16 @@ impl Target {
                 .and_then(Value::as_mapping)
                 .cloned()
                 .unwrap_or_default(),
+            pod_labels: at(value, &["spec", "template", "metadata", "labels"])
+                .and_then(Value::as_mapping)
+                .cloned()
+                .unwrap_or_default(),
         }))
+    }
+
+    /// The namespace and labels of the workload's pods (what a PodMonitor selects).
+    pub fn pod_labels(&self) -> (Option<String>, Mapping) {
+        (self.namespace.clone(), self.pod_labels.clone())
     }
 
     /// `Kind/name`, for messages.
@@ -239,6 +251,21 @@ pub fn rewrite(
         }
     }
 
+    let identity = app_identity(pod, &opts.container);
+    if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
+        if explicit.run_as_user != Some(app.uid) {
+            warnings.push(format!(
+                "{}: container {:?} runs as UID {} but --sidecar-security-context sets runAsUser \
+                 {:?}: the app and the elector read each other's 0600 files, so they must run \
+                 as the same user",
+                target.describe(),
+                opts.container,
+                app.uid,
+                explicit.run_as_user
+            ));
+        }
+    }
+
     // The main container: supervise becomes its entrypoint.
     let containers = pod
         .get_mut("containers")
@@ -253,8 +280,8 @@ pub fn rewrite(
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
-    let elector = to_value(&elector_container(&info, opts));
-    let install = to_value(&install_container(opts));
+    let elector = to_value(&elector_container(&info, opts, identity));
+    let install = to_value(&install_container(opts, identity));
     append(pod, "initContainers", install)
         .map_err(|()| target.error("spec.template.spec.initContainers is not a list"))?;
     let sidecar_list = if opts.classic_sidecar {
@@ -282,32 +309,132 @@ pub fn rewrite(
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
     if target.kind == WorkloadKind::Deployment {
-        // Surge before removing: a new pod is up (as follower) before an old one goes, so a
-        // serving replica always exists and the leader hands over instead of vanishing.
-        let strategy: Value = serde_norway::from_str(
-            "type: RollingUpdate\nrollingUpdate:\n  maxSurge: 1\n  maxUnavailable: 0\n",
-        )
-        .unwrap_or_default();
-        if spec
-            .get("strategy")
-            .and_then(|s| s.get("type"))
-            .and_then(Value::as_str)
-            == Some("Recreate")
-        {
-            warnings.push(format!(
-                "{}: strategy Recreate replaced by RollingUpdate (maxSurge 1, maxUnavailable 0); \
-                 the elector makes overlapping pods safe",
-                target.describe()
-            ));
-        }
-        spec.insert("strategy".into(), strategy);
+        rollout_strategy(spec, target, opts, warnings);
     }
 
     let annotations = child_mapping(root, &["metadata", "annotations"])
         .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
     annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
     annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    if !warnings.is_empty() {
+        annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
+    }
     Ok(info)
+}
+
+/// The strategy `inject` sets: surge before removing, so a new pod is up (as follower) before
+/// an old one goes, a serving replica always exists and the leader hands over instead of
+/// vanishing. Overlapping pods are what the elector makes safe.
+const SURGE_STRATEGY: &str =
+    "type: RollingUpdate\nrollingUpdate:\n  maxSurge: 1\n  maxUnavailable: 0\n";
+
+/// Sets the Deployment's rollout strategy: ours when it has none, the user's when it keeps a
+/// pod running through a rollout, ours with the reason in `warnings` when it stops every pod
+/// at once (unless --keep-strategy).
+fn rollout_strategy(
+    spec: &mut Mapping,
+    target: &Target,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) {
+    let ours = || serde_norway::from_str::<Value>(SURGE_STRATEGY).unwrap_or_default();
+    let current = match spec.get("strategy") {
+        None | Some(Value::Null) => None,
+        Some(Value::Mapping(m)) if m.is_empty() => None,
+        Some(other) => Some(other.clone()),
+    };
+    let Some(current) = current else {
+        spec.insert("strategy".into(), ours());
+        return;
+    };
+    let Some(why) = stops_every_pod(&current, target.replicas) else {
+        return;
+    };
+    if opts.keep_strategy {
+        warnings.push(format!(
+            "{}: keeps its strategy although {why} (--keep-strategy): every rollout leaves no \
+             replica serving and none leading until the new pods are up",
+            target.describe()
+        ));
+        return;
+    }
+    warnings.push(format!(
+        "{}: strategy replaced by RollingUpdate (maxSurge 1, maxUnavailable 0) because {why}: \
+         no replica would serve HTTP or lead until the new pods are up. With the elector, old \
+         and new pods may overlap safely; pass --keep-strategy to keep it",
+        target.describe()
+    ));
+    spec.insert("strategy".into(), ours());
+}
+
+/// Why `strategy` takes every pod down at once during a rollout, if it does.
+fn stops_every_pod(strategy: &Value, replicas: Option<u64>) -> Option<String> {
+    match strategy.get("type").and_then(Value::as_str) {
+        Some("Recreate") => {
+            return Some("Recreate stops every pod before starting new ones".into())
+        }
+        None | Some("RollingUpdate") => {}
+        Some(_) => return None,
+    }
+    // Kubernetes runs 1 replica when none is set (an autoscaler may run more).
+    let replicas = replicas.unwrap_or(1);
+    let max_unavailable = strategy.get("rollingUpdate")?.get("maxUnavailable")?;
+    let unavailable = match max_unavailable {
+        Value::Number(n) => n.as_u64()?,
+        // Kubernetes rounds a percentage of unavailable pods down.
+        Value::String(s) => {
+            let percent: u64 = s.strip_suffix('%')?.trim().parse().ok()?;
+            replicas * percent / 100
+        }
+        _ => return None,
+    };
+    (replicas > 0 && unavailable >= replicas).then(|| {
+        format!(
+            "maxUnavailable {} allows all {replicas} replica(s) down at once",
+            yaml_scalar(max_unavailable)
+        )
+    })
+}
+
+fn yaml_scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The user and group the app runs as, when it is not root: the elector and the install
+/// container take them over, so files one writes with mode 0600 (the push secret, the ack
+/// file) stay readable to the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppIdentity {
+    pub uid: i64,
+    pub gid: Option<i64>,
+}
+
+/// The target container's non-zero runAsUser (its own securityContext, else the pod's), with
+/// its runAsGroup taken the same way.
+fn app_identity(pod: &Mapping, container: &str) -> Option<AppIdentity> {
+    let main = pod
+        .get("containers")
+        .and_then(Value::as_sequence)?
+        .iter()
+        .find(|c| str_at(c, &["name"]) == Some(container))?;
+    let field = |name: &str| {
+        at(main, &["securityContext", name])
+            .and_then(Value::as_i64)
+            .or_else(|| {
+                pod.get("securityContext")
+                    .and_then(|sc| sc.get(name))
+                    .and_then(Value::as_i64)
+            })
+    };
+    let uid = field("runAsUser").filter(|uid| *uid > 0)?;
+    Some(AppIdentity {
+        uid,
+        gid: field("runAsGroup"),
+    })
 }
 
 /// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
@@ -453,7 +580,8 @@ fn leader_selector(
         if let Some(m) = renamed.as_mapping_mut() {
             m.insert("name".into(), LEADER_SELECTOR_VAR.into());
         }
-        env.insert(position.min(env.len()), renamed);
+        // Last, where a kustomize patch (which appends new list items) puts it too.
+        env.push(renamed);
         return Ok(format!("$({LEADER_SELECTOR_VAR})"));
     }
     Ok(last
@@ -487,7 +615,11 @@ fn default_selector(
     "*".to_owned()
 }
 
-fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
+fn elector_container(
+    info: &WorkloadInfo,
+    opts: &InjectOptions,
+    identity: Option<AppIdentity>,
+) -> Container {
     let field_env = |name: &str, path: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -542,7 +674,7 @@ fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
                 .clone()
                 .unwrap_or_else(|| resources("32Mi", "128Mi")),
         ),
-        security_context: Some(security_context(opts)),
+        security_context: Some(security_context(opts, identity)),
         volume_mounts: Some(vec![VolumeMount {
             name: FLAG_VOLUME.into(),
             mount_path: FLAG_DIR.into(),
@@ -555,7 +687,7 @@ fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
     }
 }
 
-fn install_container(opts: &InjectOptions) -> Container {
+fn install_container(opts: &InjectOptions, identity: Option<AppIdentity>) -> Container {
     Container {
         name: INSTALL_CONTAINER.into(),
         image: Some(opts.image.clone()),
@@ -565,7 +697,7 @@ fn install_container(opts: &InjectOptions) -> Container {
             format!("{BIN_DIR}/passmower-elector"),
         ]),
         resources: Some(resources("16Mi", "64Mi")),
-        security_context: Some(security_context(opts)),
+        security_context: Some(security_context(opts, identity)),
         volume_mounts: Some(vec![VolumeMount {
             name: BIN_VOLUME.into(),
             mount_path: BIN_DIR.into(),
@@ -603,18 +735,22 @@ fn resources(memory_request: &str, memory_limit: &str) -> ResourceRequirements {
     }
 }
 
-fn security_context(opts: &InjectOptions) -> SecurityContext {
+fn security_context(opts: &InjectOptions, identity: Option<AppIdentity>) -> SecurityContext {
     opts.sidecar_security_context
         .clone()
-        .unwrap_or_else(restricted_security_context)
+        .unwrap_or_else(|| restricted_security_context(identity))
 }
 
-/// The Pod Security Standards "restricted" profile.
-fn restricted_security_context() -> SecurityContext {
+/// The Pod Security Standards "restricted" profile, as the app's user when it is not root.
+fn restricted_security_context(identity: Option<AppIdentity>) -> SecurityContext {
+    let (uid, gid) = match identity {
+        Some(app) => (app.uid, app.gid.unwrap_or(app.uid)),
+        None => (SIDECAR_UID, SIDECAR_UID),
+    };
     SecurityContext {
         run_as_non_root: Some(true),
-        run_as_user: Some(SIDECAR_UID),
-        run_as_group: Some(SIDECAR_UID),
+        run_as_user: Some(uid),
+        run_as_group: Some(gid),
         read_only_root_filesystem: Some(true),
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -678,9 +814,15 @@ mod tests {
     use super::*;
     use crate::inject::yaml::parse_stream;
 
+    fn opts() -> InjectOptions {
+        InjectOptions::new("registry.example.com/passmower-elector:test")
+    }
+
     fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
         let docs = parse_stream(text).unwrap();
-        let target = Target::find(&docs[0], opts).unwrap().expect("a target");
+        let target = Target::find(&docs[0].value, 1, opts)
+            .unwrap()
+            .expect("a target");
         (docs[0].value.clone(), target)
     }
 
@@ -730,24 +872,20 @@ spec:
     #[test]
     fn other_kinds_and_containers_are_not_targets() {
         let docs = parse_stream(&DEPLOYMENT.replace("name: passmower", "name: other")).unwrap();
-        assert!(Target::find(&docs[0], &InjectOptions::default())
-            .unwrap()
-            .is_none());
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
         let sts = DEPLOYMENT.replace("kind: Deployment", "kind: StatefulSet");
         let docs = parse_stream(&sts).unwrap();
-        assert!(Target::find(&docs[0], &InjectOptions::default())
-            .unwrap()
-            .is_none());
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
         let opts = InjectOptions {
             kinds: vec![WorkloadKind::StatefulSet],
-            ..Default::default()
+            ..opts()
         };
-        assert!(Target::find(&docs[0], &opts).unwrap().is_some());
+        assert!(Target::find(&docs[0].value, 1, &opts).unwrap().is_some());
     }
 
     #[test]
     fn container_without_command_gets_passmowers_default() {
-        let (value, _) = rewritten(DEPLOYMENT, &InjectOptions::default());
+        let (value, _) = rewritten(DEPLOYMENT, &opts());
         let args = main_args(&value);
         let dashdash = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(args[dashdash + 1..], PASSMOWER_APP_COMMAND[..]);
@@ -759,7 +897,7 @@ spec:
         let text = DEPLOYMENT.replace("name: passmower", "name: app");
         let opts = InjectOptions {
             container: "app".into(),
-            ..Default::default()
+            ..opts()
         };
         let (mut value, target) = target_of(&text, &opts);
         let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
@@ -775,7 +913,7 @@ spec:
             configMapKeyRef: {{name: c, key: k}}
 "
         );
-        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let (value, _) = rewritten(&text, &opts());
         let args = main_args(&value);
         assert!(args.contains(&format!(
             "--leader-env=NAMESPACE_SELECTOR=$({LEADER_SELECTOR_VAR})"
@@ -797,7 +935,7 @@ spec:
             secretKeyRef: {{name: c, key: k, optional: true}}
 "
         );
-        let opts = InjectOptions::default();
+        let opts = opts();
         let (mut value, target) = target_of(&text, &opts);
         let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().contains("--namespace-selector"), "{err}");
@@ -809,7 +947,7 @@ spec:
             "      containers:",
             "      terminationGracePeriodSeconds: 60\n      containers:",
         );
-        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let (value, _) = rewritten(&text, &opts());
         let grace = at(
             &value,
             &["spec", "template", "spec", "terminationGracePeriodSeconds"],
@@ -822,7 +960,7 @@ spec:
     fn classic_sidecar_is_a_plain_container() {
         let opts = InjectOptions {
             classic_sidecar: true,
-            ..Default::default()
+            ..opts()
         };
         let (value, _) = rewritten(DEPLOYMENT, &opts);
         let pod = at(&value, &["spec", "template", "spec"]).unwrap();
@@ -830,5 +968,157 @@ spec:
         assert_eq!(containers[1]["name"].as_str(), Some(ELECTOR_CONTAINER));
         assert!(containers[1].get("restartPolicy").is_none());
         assert_eq!(pod["initContainers"].as_sequence().unwrap().len(), 1);
+    }
+
+    fn with_strategy(strategy: &str, replicas: u64) -> String {
+        DEPLOYMENT.replace(
+            "spec:\n  selector:",
+            &format!("spec:\n  replicas: {replicas}\n  strategy: {strategy}\n  selector:"),
+        )
+    }
+
+    fn strategy_of(value: &Value) -> Value {
+        value["spec"]["strategy"].clone()
+    }
+
+    #[test]
+    fn an_explicit_rolling_update_that_keeps_a_pod_is_kept() {
+        for (strategy, replicas) in [
+            (
+                "{type: RollingUpdate, rollingUpdate: {maxSurge: 2, maxUnavailable: 1}}",
+                3,
+            ),
+            ("{rollingUpdate: {maxUnavailable: 50%}}", 3),
+            ("{type: RollingUpdate}", 1),
+        ] {
+            let text = with_strategy(strategy, replicas);
+            let (value, warnings) = rewritten(&text, &opts());
+            let (original, _) = target_of(&text, &opts());
+            assert_eq!(strategy_of(&value), strategy_of(&original), "{strategy}");
+            assert!(warnings.is_empty(), "{strategy}: {warnings:?}");
+        }
+    }
+
+    #[test]
+    fn a_strategy_that_stops_every_pod_is_replaced_and_says_why() {
+        let ours: Value = serde_norway::from_str(SURGE_STRATEGY).unwrap();
+        for (strategy, replicas, why) in [
+            ("{type: Recreate}", 2, "Recreate"),
+            (
+                "{rollingUpdate: {maxSurge: 1, maxUnavailable: 3}}",
+                3,
+                "maxUnavailable 3",
+            ),
+            (
+                "{rollingUpdate: {maxUnavailable: 100%}}",
+                2,
+                "maxUnavailable 100%",
+            ),
+            ("{rollingUpdate: {maxUnavailable: 1}}", 1, "all 1 replica"),
+        ] {
+            let (value, warnings) = rewritten(&with_strategy(strategy, replicas), &opts());
+            assert_eq!(strategy_of(&value), ours, "{strategy}");
+            assert_eq!(warnings.len(), 1, "{strategy}: {warnings:?}");
+            assert!(warnings[0].contains(why), "{strategy}: {}", warnings[0]);
+            assert!(warnings[0].contains("--keep-strategy"));
+            let note = value["metadata"]["annotations"][crate::inject::WARNINGS_ANNOTATION]
+                .as_str()
+                .unwrap();
+            assert_eq!(note, warnings[0]);
+        }
+        let keep = InjectOptions {
+            keep_strategy: true,
+            ..opts()
+        };
+        let (value, warnings) = rewritten(&with_strategy("{type: Recreate}", 2), &keep);
+        assert_eq!(strategy_of(&value)["type"].as_str(), Some("Recreate"));
+        assert_eq!(warnings.len(), 1);
+    }
+
+    #[test]
+    fn no_strategy_gets_the_surge_strategy_without_a_warning() {
+        let (value, warnings) = rewritten(DEPLOYMENT, &opts());
+        let ours: Value = serde_norway::from_str(SURGE_STRATEGY).unwrap();
+        assert_eq!(strategy_of(&value), ours);
+        assert!(warnings.is_empty());
+    }
+
+    fn sidecar_users(value: &Value) -> Vec<(i64, i64)> {
+        let pod = &value["spec"]["template"]["spec"];
+        pod["initContainers"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let sc = &c["securityContext"];
+                (
+                    sc["runAsUser"].as_i64().unwrap(),
+                    sc["runAsGroup"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_sidecars_run_as_the_apps_non_root_user() {
+        let container = DEPLOYMENT.replace(
+            "        image: passmower:2.2.0\n",
+            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000, runAsGroup: 3000}\n",
+        );
+        let (value, _) = rewritten(&container, &opts());
+        assert_eq!(sidecar_users(&value), [(1000, 3000), (1000, 3000)]);
+
+        // The pod's securityContext applies when the container sets none; the container's
+        // own wins over it field by field.
+        let pod = DEPLOYMENT.replace(
+            "      containers:",
+            "      securityContext: {runAsUser: 2000}\n      containers:",
+        );
+        let (value, _) = rewritten(&pod, &opts());
+        assert_eq!(sidecar_users(&value), [(2000, 2000), (2000, 2000)]);
+        let both = pod.replace(
+            "        image: passmower:2.2.0\n",
+            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1001}\n",
+        );
+        let (value, _) = rewritten(&both, &opts());
+        assert_eq!(sidecar_users(&value), [(1001, 1001), (1001, 1001)]);
+
+        // Root, or nothing said: the image's non-root user.
+        for text in [
+            DEPLOYMENT.to_owned(),
+            DEPLOYMENT.replace(
+                "        image: passmower:2.2.0\n",
+                "        image: passmower:2.2.0\n        securityContext: {runAsUser: 0}\n",
+            ),
+        ] {
+            let (value, _) = rewritten(&text, &opts());
+            assert_eq!(
+                sidecar_users(&value),
+                [(SIDECAR_UID, SIDECAR_UID), (SIDECAR_UID, SIDECAR_UID)]
+            );
+        }
+    }
+
+    #[test]
+    fn an_explicit_sidecar_user_other_than_the_apps_is_warned_about() {
+        let text = DEPLOYMENT.replace(
+            "        image: passmower:2.2.0\n",
+            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000}\n",
+        );
+        let explicit = InjectOptions {
+            sidecar_security_context: Some(SecurityContext {
+                run_as_user: Some(4242),
+                ..Default::default()
+            }),
+            ..opts()
+        };
+        let (value, warnings) = rewritten(&text, &explicit);
+        assert_eq!(
+            value["spec"]["template"]["spec"]["initContainers"][0]["securityContext"]["runAsUser"]
+                .as_i64(),
+            Some(4242)
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("UID 1000"), "{}", warnings[0]);
     }
 }
