@@ -33,6 +33,7 @@ pub enum Role {
     /// Run the app as PID 1 and switch it between leader and follower mode with the grant.
     Supervise(supervise::SuperviseArgs),
     /// Add the elector, the supervisor and RBAC to Kubernetes manifests (Helm post-renderer).
+    #[command(long_about = inject::LONG_ABOUT)]
     Inject(inject::InjectArgs),
     /// Copy this binary to DEST (mode 0755, atomic), for an initContainer without a shell.
     CopySelf(copy_self::CopySelfArgs),

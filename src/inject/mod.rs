@@ -25,7 +25,7 @@ pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
 pub use options::{
     image_howto, is_dns1123_label, parse_app_command, InjectArgs, InjectOptions, OnError,
-    UNPUBLISHED_IMAGE_REPOSITORY,
+    LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
 };
 pub use rbac::{deny_policy_name, elector_lease_rules};
 pub use workload::{WorkloadKind, PROBE_PORT_NAME};

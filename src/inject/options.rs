@@ -26,9 +26,9 @@ pub enum OnError {
     Manifest,
 }
 
-#[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
+/// `inject --help`: what it does and the command lines for each tool.
+pub const LONG_ABOUT: &str =
+    "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
     yaml` prints, or `helm template` output) and writes them to stdout with the elector sidecar, \
     the supervisor entrypoint, shared volumes, a Role + RoleBinding for the Lease and a \
     PodDisruptionBudget added to each targeted workload. Other documents pass through \
@@ -41,8 +41,9 @@ pub enum OnError {
     `passmower-elector inject --on-error=manifest`), then `helm upgrade --install ... \
     --post-renderer passmower-elector --post-renderer-args=--image=IMAGE`.\n\
     Kustomize, Flux, Argo CD: --kustomize DIR writes a kustomize Component instead.\n\n\
-    Errors (invalid YAML, no target, bad flags) print nothing on stdout and exit 2."
-)]
+    Errors (invalid YAML, no target, bad flags) print nothing on stdout and exit 2.";
+
+#[derive(Debug, clap::Args)]
 pub struct InjectArgs {
     /// Read manifests from FILE (`-` for stdin).
     #[arg(

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod tools;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
