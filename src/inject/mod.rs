@@ -7,10 +7,12 @@
 //! post-renderer's stderr nor anything but the manifests.
 
 mod failure;
+mod identity;
 mod kustomize;
 mod monitor;
 mod options;
 mod rbac;
+mod strategy;
 mod workload;
 pub mod yaml;
 
@@ -171,7 +173,7 @@ impl Run<'_> {
         companions: &mut Vec<Written>,
     ) -> Result<Outcome, InjectError> {
         let opts = self.opts;
-        if let Some(changed) = monitor::add_elector_endpoint(value, &self.target_pods, opts) {
+        if let Some(changed) = monitor::add_elector_endpoint(value, &self.target_pods) {
             self.rewrites.push(Rewrite {
                 before: value.clone(),
                 after: changed.clone(),

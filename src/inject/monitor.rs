@@ -10,14 +10,12 @@
 use serde_norway::{Mapping, Value};
 
 use super::workload::PROBE_PORT_NAME;
-use super::InjectOptions;
 
 /// The PodMonitor `value` with an endpoint for the elector's port added, when it selects the
 /// pods of a target and has none yet; `None` otherwise (also for anything not a PodMonitor).
 pub fn add_elector_endpoint(
     value: &Value,
     target_pods: &[(Option<String>, Mapping)],
-    _opts: &InjectOptions,
 ) -> Option<Value> {
     if value.get("kind")?.as_str()? != "PodMonitor"
         || !value
@@ -93,11 +91,9 @@ mod tests {
 
     #[test]
     fn a_podmonitor_of_the_target_scrapes_the_elector_once() {
-        let opts = InjectOptions::new("img");
         let changed = add_elector_endpoint(
             &monitor("{app.kubernetes.io/name: passmower, app.kubernetes.io/instance: pm}"),
             &pods(),
-            &opts,
         )
         .expect("changed");
         let endpoints = changed["spec"]["podMetricsEndpoints"]
@@ -106,14 +102,13 @@ mod tests {
         assert_eq!(endpoints.len(), 2);
         assert_eq!(endpoints[1]["port"].as_str(), Some(PROBE_PORT_NAME));
         assert_eq!(endpoints[1]["interval"].as_str(), Some("30s"));
-        assert!(add_elector_endpoint(&changed, &pods(), &opts).is_none());
+        assert!(add_elector_endpoint(&changed, &pods()).is_none());
     }
 
     #[test]
     fn other_podmonitors_are_left_alone() {
-        let opts = InjectOptions::new("img");
         for labels in ["{app: other}", "{}", "{app.kubernetes.io/instance: other}"] {
-            assert!(add_elector_endpoint(&monitor(labels), &pods(), &opts).is_none());
+            assert!(add_elector_endpoint(&monitor(labels), &pods()).is_none());
         }
     }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
+use super::identity::AppIdentity;
 use super::{
     InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
     PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
@@ -40,7 +41,7 @@ const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
 /// Time beyond the kill grace for the elector to write the demotion and release the Lease.
 const RELEASE_ALLOWANCE_SECONDS: u64 = 5;
 /// The UID/GID of the sidecar image's user (distroless "nonroot").
-const SIDECAR_UID: i64 = 65532;
+pub(crate) const SIDECAR_UID: i64 = 65532;
 
 /// Workload kinds `inject` knows how to rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,7 +81,7 @@ pub struct Target {
     lease_annotation: Option<String>,
     service_account: String,
     selector: Value,
-    replicas: Option<u64>,
+    pub replicas: Option<u64>,
     labels: Mapping,
     pod_labels: Mapping,
 }
@@ -100,11 +101,11 @@ pub struct WorkloadInfo {
     pub lease: String,
 }
 
-fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
     at(value, path)?.as_str()
 }
 
-fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(value, |v, key| v.get(key))
 }
 
@@ -251,7 +252,7 @@ pub fn rewrite(
         }
     }
 
-    let identity = app_identity(pod, &opts.container);
+    let identity = super::identity::app_identity(pod, &opts.container);
     if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
         if explicit.run_as_user != Some(app.uid) {
             warnings.push(format!(
@@ -309,7 +310,7 @@ pub fn rewrite(
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
     if target.kind == WorkloadKind::Deployment {
-        rollout_strategy(spec, target, opts, warnings);
+        super::strategy::rollout_strategy(spec, target, opts, warnings);
     }
 
     let annotations = child_mapping(root, &["metadata", "annotations"])
@@ -320,121 +321,6 @@ pub fn rewrite(
         annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
     }
     Ok(info)
-}
-
-/// The strategy `inject` sets: surge before removing, so a new pod is up (as follower) before
-/// an old one goes, a serving replica always exists and the leader hands over instead of
-/// vanishing. Overlapping pods are what the elector makes safe.
-const SURGE_STRATEGY: &str =
-    "type: RollingUpdate\nrollingUpdate:\n  maxSurge: 1\n  maxUnavailable: 0\n";
-
-/// Sets the Deployment's rollout strategy: ours when it has none, the user's when it keeps a
-/// pod running through a rollout, ours with the reason in `warnings` when it stops every pod
-/// at once (unless --keep-strategy).
-fn rollout_strategy(
-    spec: &mut Mapping,
-    target: &Target,
-    opts: &InjectOptions,
-    warnings: &mut Vec<String>,
-) {
-    let ours = || serde_norway::from_str::<Value>(SURGE_STRATEGY).unwrap_or_default();
-    let current = match spec.get("strategy") {
-        None | Some(Value::Null) => None,
-        Some(Value::Mapping(m)) if m.is_empty() => None,
-        Some(other) => Some(other.clone()),
-    };
-    let Some(current) = current else {
-        spec.insert("strategy".into(), ours());
-        return;
-    };
-    let Some(why) = stops_every_pod(&current, target.replicas) else {
-        return;
-    };
-    if opts.keep_strategy {
-        warnings.push(format!(
-            "{}: keeps its strategy although {why} (--keep-strategy): every rollout leaves no \
-             replica serving and none leading until the new pods are up",
-            target.describe()
-        ));
-        return;
-    }
-    warnings.push(format!(
-        "{}: strategy replaced by RollingUpdate (maxSurge 1, maxUnavailable 0) because {why}: \
-         no replica would serve HTTP or lead until the new pods are up. With the elector, old \
-         and new pods may overlap safely; pass --keep-strategy to keep it",
-        target.describe()
-    ));
-    spec.insert("strategy".into(), ours());
-}
-
-/// Why `strategy` takes every pod down at once during a rollout, if it does.
-fn stops_every_pod(strategy: &Value, replicas: Option<u64>) -> Option<String> {
-    match strategy.get("type").and_then(Value::as_str) {
-        Some("Recreate") => {
-            return Some("Recreate stops every pod before starting new ones".into())
-        }
-        None | Some("RollingUpdate") => {}
-        Some(_) => return None,
-    }
-    // Kubernetes runs 1 replica when none is set (an autoscaler may run more).
-    let replicas = replicas.unwrap_or(1);
-    let max_unavailable = strategy.get("rollingUpdate")?.get("maxUnavailable")?;
-    let unavailable = match max_unavailable {
-        Value::Number(n) => n.as_u64()?,
-        // Kubernetes rounds a percentage of unavailable pods down.
-        Value::String(s) => {
-            let percent: u64 = s.strip_suffix('%')?.trim().parse().ok()?;
-            replicas * percent / 100
-        }
-        _ => return None,
-    };
-    (replicas > 0 && unavailable >= replicas).then(|| {
-        format!(
-            "maxUnavailable {} allows all {replicas} replica(s) down at once",
-            yaml_scalar(max_unavailable)
-        )
-    })
-}
-
-fn yaml_scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-/// The user and group the app runs as, when it is not root: the elector and the install
-/// container take them over, so files one writes with mode 0600 (the push secret, the ack
-/// file) stay readable to the other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AppIdentity {
-    pub uid: i64,
-    pub gid: Option<i64>,
-}
-
-/// The target container's non-zero runAsUser (its own securityContext, else the pod's), with
-/// its runAsGroup taken the same way.
-fn app_identity(pod: &Mapping, container: &str) -> Option<AppIdentity> {
-    let main = pod
-        .get("containers")
-        .and_then(Value::as_sequence)?
-        .iter()
-        .find(|c| str_at(c, &["name"]) == Some(container))?;
-    let field = |name: &str| {
-        at(main, &["securityContext", name])
-            .and_then(Value::as_i64)
-            .or_else(|| {
-                pod.get("securityContext")
-                    .and_then(|sc| sc.get(name))
-                    .and_then(Value::as_i64)
-            })
-    };
-    let uid = field("runAsUser").filter(|uid| *uid > 0)?;
-    Some(AppIdentity {
-        uid,
-        gid: field("runAsGroup"),
-    })
 }
 
 /// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
@@ -810,15 +696,16 @@ fn append(map: &mut Mapping, key: &str, item: Value) -> Result<(), ()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    pub(crate) use super::SIDECAR_UID;
     use super::*;
     use crate::inject::yaml::parse_stream;
 
-    fn opts() -> InjectOptions {
+    pub(crate) fn opts() -> InjectOptions {
         InjectOptions::new("registry.example.com/passmower-elector:test")
     }
 
-    fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
+    pub(crate) fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
         let docs = parse_stream(text).unwrap();
         let target = Target::find(&docs[0].value, 1, opts)
             .unwrap()
@@ -826,7 +713,7 @@ mod tests {
         (docs[0].value.clone(), target)
     }
 
-    const DEPLOYMENT: &str = "apiVersion: apps/v1
+    pub(crate) const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: pm
@@ -840,7 +727,7 @@ spec:
         image: passmower:2.2.0
 ";
 
-    fn rewritten(text: &str, opts: &InjectOptions) -> (Value, Vec<String>) {
+    pub(crate) fn rewritten(text: &str, opts: &InjectOptions) -> (Value, Vec<String>) {
         let (mut value, target) = target_of(text, opts);
         let mut warnings = Vec::new();
         rewrite(&mut value, &target, opts, &mut warnings).unwrap();
@@ -968,157 +855,5 @@ spec:
         assert_eq!(containers[1]["name"].as_str(), Some(ELECTOR_CONTAINER));
         assert!(containers[1].get("restartPolicy").is_none());
         assert_eq!(pod["initContainers"].as_sequence().unwrap().len(), 1);
-    }
-
-    fn with_strategy(strategy: &str, replicas: u64) -> String {
-        DEPLOYMENT.replace(
-            "spec:\n  selector:",
-            &format!("spec:\n  replicas: {replicas}\n  strategy: {strategy}\n  selector:"),
-        )
-    }
-
-    fn strategy_of(value: &Value) -> Value {
-        value["spec"]["strategy"].clone()
-    }
-
-    #[test]
-    fn an_explicit_rolling_update_that_keeps_a_pod_is_kept() {
-        for (strategy, replicas) in [
-            (
-                "{type: RollingUpdate, rollingUpdate: {maxSurge: 2, maxUnavailable: 1}}",
-                3,
-            ),
-            ("{rollingUpdate: {maxUnavailable: 50%}}", 3),
-            ("{type: RollingUpdate}", 1),
-        ] {
-            let text = with_strategy(strategy, replicas);
-            let (value, warnings) = rewritten(&text, &opts());
-            let (original, _) = target_of(&text, &opts());
-            assert_eq!(strategy_of(&value), strategy_of(&original), "{strategy}");
-            assert!(warnings.is_empty(), "{strategy}: {warnings:?}");
-        }
-    }
-
-    #[test]
-    fn a_strategy_that_stops_every_pod_is_replaced_and_says_why() {
-        let ours: Value = serde_norway::from_str(SURGE_STRATEGY).unwrap();
-        for (strategy, replicas, why) in [
-            ("{type: Recreate}", 2, "Recreate"),
-            (
-                "{rollingUpdate: {maxSurge: 1, maxUnavailable: 3}}",
-                3,
-                "maxUnavailable 3",
-            ),
-            (
-                "{rollingUpdate: {maxUnavailable: 100%}}",
-                2,
-                "maxUnavailable 100%",
-            ),
-            ("{rollingUpdate: {maxUnavailable: 1}}", 1, "all 1 replica"),
-        ] {
-            let (value, warnings) = rewritten(&with_strategy(strategy, replicas), &opts());
-            assert_eq!(strategy_of(&value), ours, "{strategy}");
-            assert_eq!(warnings.len(), 1, "{strategy}: {warnings:?}");
-            assert!(warnings[0].contains(why), "{strategy}: {}", warnings[0]);
-            assert!(warnings[0].contains("--keep-strategy"));
-            let note = value["metadata"]["annotations"][crate::inject::WARNINGS_ANNOTATION]
-                .as_str()
-                .unwrap();
-            assert_eq!(note, warnings[0]);
-        }
-        let keep = InjectOptions {
-            keep_strategy: true,
-            ..opts()
-        };
-        let (value, warnings) = rewritten(&with_strategy("{type: Recreate}", 2), &keep);
-        assert_eq!(strategy_of(&value)["type"].as_str(), Some("Recreate"));
-        assert_eq!(warnings.len(), 1);
-    }
-
-    #[test]
-    fn no_strategy_gets_the_surge_strategy_without_a_warning() {
-        let (value, warnings) = rewritten(DEPLOYMENT, &opts());
-        let ours: Value = serde_norway::from_str(SURGE_STRATEGY).unwrap();
-        assert_eq!(strategy_of(&value), ours);
-        assert!(warnings.is_empty());
-    }
-
-    fn sidecar_users(value: &Value) -> Vec<(i64, i64)> {
-        let pod = &value["spec"]["template"]["spec"];
-        pod["initContainers"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                let sc = &c["securityContext"];
-                (
-                    sc["runAsUser"].as_i64().unwrap(),
-                    sc["runAsGroup"].as_i64().unwrap(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_sidecars_run_as_the_apps_non_root_user() {
-        let container = DEPLOYMENT.replace(
-            "        image: passmower:2.2.0\n",
-            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000, runAsGroup: 3000}\n",
-        );
-        let (value, _) = rewritten(&container, &opts());
-        assert_eq!(sidecar_users(&value), [(1000, 3000), (1000, 3000)]);
-
-        // The pod's securityContext applies when the container sets none; the container's
-        // own wins over it field by field.
-        let pod = DEPLOYMENT.replace(
-            "      containers:",
-            "      securityContext: {runAsUser: 2000}\n      containers:",
-        );
-        let (value, _) = rewritten(&pod, &opts());
-        assert_eq!(sidecar_users(&value), [(2000, 2000), (2000, 2000)]);
-        let both = pod.replace(
-            "        image: passmower:2.2.0\n",
-            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1001}\n",
-        );
-        let (value, _) = rewritten(&both, &opts());
-        assert_eq!(sidecar_users(&value), [(1001, 1001), (1001, 1001)]);
-
-        // Root, or nothing said: the image's non-root user.
-        for text in [
-            DEPLOYMENT.to_owned(),
-            DEPLOYMENT.replace(
-                "        image: passmower:2.2.0\n",
-                "        image: passmower:2.2.0\n        securityContext: {runAsUser: 0}\n",
-            ),
-        ] {
-            let (value, _) = rewritten(&text, &opts());
-            assert_eq!(
-                sidecar_users(&value),
-                [(SIDECAR_UID, SIDECAR_UID), (SIDECAR_UID, SIDECAR_UID)]
-            );
-        }
-    }
-
-    #[test]
-    fn an_explicit_sidecar_user_other_than_the_apps_is_warned_about() {
-        let text = DEPLOYMENT.replace(
-            "        image: passmower:2.2.0\n",
-            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000}\n",
-        );
-        let explicit = InjectOptions {
-            sidecar_security_context: Some(SecurityContext {
-                run_as_user: Some(4242),
-                ..Default::default()
-            }),
-            ..opts()
-        };
-        let (value, warnings) = rewritten(&text, &explicit);
-        assert_eq!(
-            value["spec"]["template"]["spec"]["initContainers"][0]["securityContext"]["runAsUser"]
-                .as_i64(),
-            Some(4242)
-        );
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("UID 1000"), "{}", warnings[0]);
     }
 }
