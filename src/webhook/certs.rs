@@ -316,7 +316,7 @@ mod tests {
             vec![issued.ca_der.clone()]
         );
         assert_eq!(
-            to_pem(&[issued.ca_der.clone()]).trim(),
+            to_pem(std::slice::from_ref(&issued.ca_der)).trim(),
             issued.ca_pem.trim()
         );
     }
@@ -374,14 +374,19 @@ mod tests {
             mine.ca_der.clone(),
         ]);
         // Before `old` expires, nothing of others' is touched; adding twice adds once.
-        let merged = merge_bundle(bundle.as_bytes(), &[mine.ca_der.clone()], &[], t0);
+        let merged = merge_bundle(
+            bundle.as_bytes(),
+            std::slice::from_ref(&mine.ca_der),
+            &[],
+            t0,
+        );
         assert_eq!(merged.len(), 3);
         // After it expires it goes; a rotation swaps ours.
         let later = t0 + Duration::from_secs(200);
         let merged = merge_bundle(
             bundle.as_bytes(),
-            &[next.ca_der.clone()],
-            &[mine.ca_der.clone()],
+            std::slice::from_ref(&next.ca_der),
+            std::slice::from_ref(&mine.ca_der),
             later,
         );
         assert_eq!(merged, vec![other.ca_der.clone(), next.ca_der.clone()]);
@@ -403,7 +408,7 @@ mod tests {
             .collect();
         let bundle = to_pem(&cas[..cas.len() - 1]);
         let newest = cas[cas.len() - 1].clone();
-        let merged = merge_bundle(bundle.as_bytes(), &[newest.clone()], &[], t0);
+        let merged = merge_bundle(bundle.as_bytes(), std::slice::from_ref(&newest), &[], t0);
         assert_eq!(merged.len(), MAX_BUNDLE_CAS);
         assert!(!merged.contains(&cas[0]) && !merged.contains(&cas[1]));
         assert_eq!(merged.last(), Some(&newest));

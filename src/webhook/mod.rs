@@ -106,6 +106,10 @@ pub struct WebhookArgs {
     /// Longest wait for that answer; without one the pod is admitted with a warning.
     #[arg(long, env = "ELECTOR_RBAC_CHECK_TIMEOUT", default_value = "2s", value_parser = config::parse_positive_duration)]
     pub rbac_check_timeout: Duration,
+    /// Connections older than this are closed after their next response (which says
+    /// `Connection: close`), so the API server spreads over new replicas after a scale-up.
+    #[arg(long, env = "ELECTOR_MAX_CONNECTION_AGE", default_value = "5m", value_parser = config::parse_positive_duration)]
+    pub max_connection_age: Duration,
     /// Most connections served at once; more wait in the listen backlog.
     #[arg(long, env = "ELECTOR_MAX_CONNECTIONS", default_value_t = 256)]
     pub max_connections: usize,
@@ -236,6 +240,7 @@ impl WebhookArgs {
             rbac_check: (!self.no_rbac_check).then_some(self.rbac_check_timeout),
             limits: server::Limits {
                 max_connections: self.max_connections,
+                max_connection_age: self.max_connection_age,
                 ..server::Limits::default()
             },
             shutdown_delay: self.shutdown_delay,

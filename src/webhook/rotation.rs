@@ -79,7 +79,9 @@ impl SelfSigned {
             self.serve(&issued);
             if let Some(old) = current.take() {
                 // Best effort: an old CA left behind expires and is pruned by the next write.
-                let _ = self.publish_once(&new_ca, &[old.ca_der.clone()]).await;
+                let _ = self
+                    .publish_once(&new_ca, std::slice::from_ref(&old.ca_der))
+                    .await;
                 tracing::info!(
                     expires = %humantime::format_rfc3339_seconds(issued.not_after),
                     "serving certificate rotated"

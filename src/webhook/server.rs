@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -29,14 +29,19 @@ pub struct Limits {
     pub max_connections: usize,
     /// Time for a client to complete the TLS handshake.
     pub handshake_timeout: Duration,
-    /// Time for a client to send a request's headers.
+    /// Time for a client to send a request's headers. hyper also counts the wait for the next
+    /// request on an idle keep-alive connection against it, and closing an idle connection
+    /// races a request the client may be sending at that moment (the API server does not
+    /// retry a POST). So it is longer than the API server's own idle timeout (90s): the
+    /// client closes idle connections, the server only dead ones.
     pub header_timeout: Duration,
     /// Time to read a body and decide (the API server's own timeout is shorter).
     pub request_timeout: Duration,
     /// Largest request body: larger ones get 413.
     pub max_body_bytes: usize,
-    /// A connection is closed (after its request in flight) once this old, so idle ones do
-    /// not pile up and clients spread over replicas again.
+    /// The first response on a connection this old says `Connection: close`, so clients
+    /// spread over replicas again after a scale-up. Said in a response, never by closing an
+    /// idle connection, so no request is ever lost to the close.
     pub max_connection_age: Duration,
     /// Time given to requests in flight at shutdown.
     pub drain_timeout: Duration,
@@ -47,7 +52,7 @@ impl Default for Limits {
         Limits {
             max_connections: 256,
             handshake_timeout: Duration::from_secs(10),
-            header_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(10),
             // An AdmissionReview of a CREATE carries one object; the API server stores
             // objects of at most ~1.5 MiB, so 4 MiB leaves room for its JSON and nothing more.
@@ -120,9 +125,17 @@ pub async fn serve(
                     }
                 };
             let service_app = app.clone();
+            let opened = Instant::now();
             let service = hyper::service::service_fn(move |req| {
                 let app = service_app.clone();
-                async move { Ok::<_, Infallible>(handle(&app, req).await) }
+                async move {
+                    let mut resp = handle(&app, req).await;
+                    if opened.elapsed() >= app.limits.max_connection_age {
+                        resp.headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -131,22 +144,14 @@ pub async fn serve(
                 .max_buf_size(64 << 10);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
-            let age = tokio::time::sleep(limits.max_connection_age);
-            tokio::pin!(age);
-            let mut closing = false;
-            loop {
-                tokio::select! {
-                    _ = conn.as_mut() => break,
-                    _ = &mut age, if !closing => {
-                        conn.as_mut().graceful_shutdown();
-                        closing = true;
-                    }
-                    _ = stop.changed(), if !closing => {
-                        conn.as_mut().graceful_shutdown();
-                        closing = true;
-                    }
-                }
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = stop.changed() => {}
             }
+            // Shutting down (the Service stopped routing here a while ago): finish the
+            // request in flight, if any, then close.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
         });
     }
     // Every connection holds a permit: all of them back means all connections are closed.
