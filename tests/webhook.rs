@@ -485,3 +485,114 @@ async fn admission_latency_and_rss_figures() {
         webhook.rss_kib()
     );
 }
+
+/// cert-manager users bring their own certificate: it is served from the files, a changed
+/// pair is served from the next handshake on, and an unusable change keeps the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_files_is_served_and_reloaded_when_they_change() {
+    use passmower_elector::webhook::issue;
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let ns = namespace(cluster).await;
+    opt_in(&admin, &ns.name).await;
+    let names = vec!["127.0.0.1".to_owned()];
+    let hour = Duration::from_secs(3600);
+    let first = issue(&names, hour, std::time::SystemTime::now()).expect("issue");
+    let second = issue(&names, hour, std::time::SystemTime::now()).expect("issue");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    write_atomic(&key, &first.key_pem());
+    write_atomic(&cert, &first.chain_pem());
+
+    let port = free_port();
+    let health_port = free_port();
+    let (listen, health) = (
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--health-addr=127.0.0.1:{health_port}"),
+    );
+    let (cert_flag, key_flag) = (
+        format!("--tls-cert-file={}", cert.display()),
+        format!("--tls-key-file={}", key.display()),
+    );
+    let mut webhook = Webhook {
+        process: support::ElectorProcess::spawn(
+            "webhook-files",
+            &[
+                "webhook",
+                "--image",
+                IMAGE,
+                &listen,
+                &health,
+                &cert_flag,
+                &key_flag,
+                "--tls-reload-interval=300ms",
+                "--shutdown-delay=0s",
+            ],
+            &[("KUBECONFIG", cluster.admin_kubeconfig().as_os_str())],
+        ),
+        port,
+        health_port,
+        configuration: "pme-webhook-files".into(),
+    };
+    create_configuration(
+        &admin,
+        "pme-webhook-files",
+        &webhook.url(),
+        &ns.name,
+        "Fail",
+    )
+    .await;
+    // Both CAs trusted up front, as cert-manager's CA injector keeps its issuer's CA.
+    set_ca_bundle(
+        &admin,
+        "pme-webhook-files",
+        &format!("{}{}", first.ca_pem, second.ca_pem),
+    )
+    .await;
+    webhook.wait_ready(Duration::from_secs(30));
+    wait_effective(&admin, &ns.name, Duration::from_secs(30)).await;
+    let served = |w: &Webhook| w.metric("passmower_elector_webhook_certificates_served_total");
+    assert_eq!(served(&webhook), 1.0);
+
+    // A half-written or foreign pair is not served: the first certificate stays.
+    write_atomic(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n",
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(served(&webhook), 1.0);
+    let pod = create_pod(&admin, &ns.name, &replicaset_pod(DEPLOYMENT, json!({})))
+        .await
+        .expect("still admitted with the first certificate");
+    assert!(is_injected(&pod));
+
+    // The renewed pair is served.
+    write_atomic(&key, &second.key_pem());
+    write_atomic(&cert, &second.chain_pem());
+    assert!(
+        support::wait_until_async(
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            || async { served(&webhook) == 2.0 }
+        )
+        .await,
+        "the renewed certificate was not loaded\n{}",
+        webhook.process.logs()
+    );
+    let expiry = webhook.metric("passmower_elector_webhook_certificate_expiry_timestamp_seconds");
+    let expected = second
+        .not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as f64;
+    assert_eq!(expiry, expected);
+    // Only the second CA now: new connections must verify against it.
+    set_ca_bundle(&admin, "pme-webhook-files", &second.ca_pem).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..3 {
+        let pod = create_pod(&admin, &ns.name, &replicaset_pod(DEPLOYMENT, json!({})))
+            .await
+            .expect("admitted with the renewed certificate");
+        assert!(is_injected(&pod));
+    }
+}

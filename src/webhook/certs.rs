@@ -40,6 +40,24 @@ pub struct Issued {
     pub not_after: SystemTime,
 }
 
+impl Issued {
+    /// The serving certificate as PEM (what a `tls.crt` holds).
+    pub fn chain_pem(&self) -> String {
+        to_pem(&self.chain)
+    }
+
+    /// The serving key as PKCS#8 PEM (what a `tls.key` holds).
+    pub fn key_pem(&self) -> String {
+        let mut out = String::from("-----BEGIN PRIVATE KEY-----\n");
+        for line in base64(self.key.secret_der()).as_bytes().chunks(64) {
+            out.push_str(std::str::from_utf8(line).unwrap_or_default());
+            out.push('\n');
+        }
+        out.push_str("-----END PRIVATE KEY-----\n");
+        out
+    }
+}
+
 /// Makes a fresh CA (ECDSA P-256) and a serving certificate for `names` (DNS names, or IP
 /// addresses written as such), valid from a little before `now` until `now + validity`.
 pub fn issue(names: &[String], validity: Duration, now: SystemTime) -> Result<Issued, CertError> {
@@ -325,22 +343,16 @@ mod tests {
     fn the_key_pair_reads_back_and_a_wrong_key_is_refused() {
         let a = issue(&names(), Duration::from_secs(60), SystemTime::now()).unwrap();
         let b = issue(&names(), Duration::from_secs(60), SystemTime::now()).unwrap();
-        let cert_pem = to_pem(&a.chain);
-        let key_pem = |k: &PrivateKeyDer<'_>| {
-            format!(
-                "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
-                base64(k.secret_der())
-            )
-        };
-        assert!(parse_pem_pair(cert_pem.as_bytes(), key_pem(&a.key).as_bytes(), "x").is_ok());
+        let cert_pem = a.chain_pem();
+        assert!(parse_pem_pair(cert_pem.as_bytes(), a.key_pem().as_bytes(), "x").is_ok());
         let err = parse_pem_pair(
             cert_pem.as_bytes(),
-            key_pem(&b.key).as_bytes(),
+            b.key_pem().as_bytes(),
             "--tls-key-file",
         )
         .unwrap_err();
         assert!(err.to_string().contains("does not belong"), "{err}");
-        let err = parse_pem_pair(b"nothing", key_pem(&a.key).as_bytes(), "x").unwrap_err();
+        let err = parse_pem_pair(b"nothing", a.key_pem().as_bytes(), "x").unwrap_err();
         assert!(err.to_string().contains("no CERTIFICATE"), "{err}");
     }
 

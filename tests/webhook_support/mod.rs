@@ -339,3 +339,24 @@ pub fn curl_post(webhook: &Webhook, ca_pem: &str, path: &str, body: &[u8]) -> (u
         format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
     )
 }
+
+/// Sets the caBundle of every webhook of configuration `name` to `pem` (what cert-manager's
+/// CA injector does for a bring-your-own certificate).
+pub async fn set_ca_bundle(client: &kube::Client, name: &str, pem: &str) {
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let mut config = api.get(name).await.expect("get configuration");
+    for hook in config.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(k8s_openapi::ByteString(pem.as_bytes().to_vec()));
+    }
+    api.replace(name, &PostParams::default(), &config)
+        .await
+        .expect("replace configuration");
+}
+
+/// Writes `text` to `path` atomically (temp file + rename), as the kubelet updates a Secret
+/// volume.
+pub fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
