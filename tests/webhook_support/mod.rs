@@ -65,8 +65,13 @@ impl Webhook {
             "--shutdown-delay=0s",
         ];
         args.extend_from_slice(extra);
-        let process = ElectorProcess::spawn(
+        // PME_WEBHOOK_BIN: measure another build (the release binary) with the same tests.
+        let program = std::env::var_os("PME_WEBHOOK_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_passmower-elector").into());
+        let process = ElectorProcess::spawn_program(
             &format!("webhook-{configuration}"),
+            &program,
             &args,
             &[
                 ("KUBECONFIG", kubeconfig.as_os_str()),
