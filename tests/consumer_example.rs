@@ -170,14 +170,25 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
     assert_eq!(push(port, &signed(&key, forged.clone())).await, 400);
     grant::write_file(&flag_file, &made_up).expect("write flag");
     std::thread::sleep(Duration::from_millis(600)); // three polls of the flag file
-    assert!(ack(&flag_file).is_none(), "a forged object was obeyed: {:?}", ack(&flag_file));
-    assert!(consumer.logs().contains("mac missing or wrong"), "{}", consumer.logs());
+    assert!(
+        ack(&flag_file).is_none(),
+        "a forged object was obeyed: {:?}",
+        ack(&flag_file)
+    );
+    assert!(
+        consumer.logs().contains("mac missing or wrong"),
+        "{}",
+        consumer.logs()
+    );
 
     // A leader grant: obeyed, acked by 200 with a signed ack, and in the ack file.
     let (code, body) = push_answer(port, &signed(&key, leader(5, Duration::from_secs(30)))).await;
     assert_eq!(code, 200, "{body}");
     let answered = Grant::from_json(body.as_bytes()).expect("the 200 carries an ack object");
-    assert!(key.verify_ack(&answered), "the toggle's ack is signed: {body}");
+    assert!(
+        key.verify_ack(&answered),
+        "the toggle's ack is signed: {body}"
+    );
     wait_for_ack(&consumer, &flag_file, 5, "leader", Duration::from_secs(2)).await;
     let on_disk = grant::read_file(&grant::ack_path(&flag_file))
         .expect("ack file")

@@ -80,6 +80,13 @@ impl Sandbox {
         sign_with(&self.token, g)
     }
 
+    /// The ack file's object, if it is one.
+    pub fn ack_object(&self) -> Option<Grant> {
+        passmower_elector::grant::read_file(&self.path("grant.json.ack"))
+            .ok()
+            .flatten()
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -255,8 +262,26 @@ impl Supervisor {
 
     /// Like [`Supervisor::start`] with another build of the binary (the benchmark's release build).
     pub fn start_bin(bin: &str, sb: &Sandbox, flags: &[&str], command: &[&str]) -> Self {
+        Self::start_with(bin, sb, flags, command, None)
+    }
+
+    /// Like [`Supervisor::start`], running as `uid` (the test must be root to ask for that).
+    pub fn start_as(sb: &Sandbox, flags: &[&str], command: &[&str], uid: u32) -> Self {
+        Self::start_with(BIN, sb, flags, command, Some(uid))
+    }
+
+    fn start_with(
+        bin: &str,
+        sb: &Sandbox,
+        flags: &[&str],
+        command: &[&str],
+        uid: Option<u32>,
+    ) -> Self {
         let flag = sb.flag_file();
         let mut cmd = Command::new(bin);
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        }
         cmd.arg("supervise")
             .arg("--flag-file")
             .arg(&flag)
