@@ -66,11 +66,12 @@ impl Outputs {
         kill_grace: Duration,
     ) -> Result<Self, AuthError> {
         let key = Key::generate()?;
+        let ack_file = grant::ack_path(&flag_file);
         Ok(Outputs {
             flag_file,
             lease_ref,
             sequencer: Sequencer::start(),
-            toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout, key.clone())),
+            toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout, key.clone(), ack_file)),
             key,
             token_written: false,
             renew_deadline,
@@ -265,7 +266,7 @@ struct Toggle {
 }
 
 impl Toggle {
-    fn spawn(url: Uri, timeout: Duration, key: Key) -> Self {
+    fn spawn(url: Uri, timeout: Duration, key: Key, ack_file: PathBuf) -> Self {
         let (latest, rx) = watch::channel(None);
         let (ack_tx, acked) = watch::channel(None);
         let (settled, settled_rx) = watch::channel(Order::default());
@@ -273,6 +274,7 @@ impl Toggle {
             url,
             timeout,
             key,
+            ack_file,
             acked: ack_tx,
             settled: settled_rx,
         };
@@ -289,6 +291,8 @@ struct Pusher {
     url: Uri,
     timeout: Duration,
     key: Key,
+    /// The consumer's ack file: a verified `stopped` there explains why nobody answers.
+    ack_file: PathBuf,
     acked: watch::Sender<Option<Grant>>,
     settled: watch::Receiver<Order>,
 }
@@ -301,6 +305,12 @@ impl Pusher {
             Mode::Leader => BootInstant::now() >= grant.expiry(),
             _ => grant.order() <= *self.settled.borrow(),
         }
+    }
+
+    /// Whether the consumer says, in a signed ack of this incarnation, that it has exited.
+    fn consumer_stopped(&self, grant: &Grant) -> bool {
+        read_verified_ack(&self.ack_file, &self.key)
+            .is_some_and(|a| a.mode == Mode::Stopped && a.incarnation == grant.incarnation)
     }
 
     async fn run(self, mut latest: watch::Receiver<Option<Grant>>) {
@@ -343,9 +353,12 @@ impl Pusher {
                 Err(why) => {
                     failures += 1;
                     // Log the first failure and then every 50th, so a dead consumer cannot flood
-                    // logs. A demotion its ack file confirmed meanwhile (at pod shutdown in
-                    // native sidecar order nobody listens any more) is done, not failing.
-                    if self.moot(&grant) {
+                    // logs. A demotion its ack file confirmed meanwhile is done, not failing; and
+                    // a consumer that says it has exited (at pod shutdown in native sidecar order
+                    // the app container stops first) is expected not to answer: a demotion is
+                    // then moot, and other pushes are retried quietly for a consumer restart.
+                    let stopped = self.consumer_stopped(&grant);
+                    if self.moot(&grant) || (stopped && grant.mode != Mode::Leader) {
                         tracing::debug!(seq = grant.seq, error = %why, "push no longer needed");
                         failures = 0;
                         if latest.changed().await.is_err() {
@@ -353,7 +366,10 @@ impl Pusher {
                         }
                         continue;
                     }
-                    if failures == 1 || failures.is_multiple_of(50) {
+                    if stopped {
+                        tracing::debug!(url = %self.url, mode = %grant.mode, seq = grant.seq,
+                            error = %why, "toggle push failed; the consumer has stopped");
+                    } else if failures == 1 || failures.is_multiple_of(50) {
                         tracing::warn!(url = %self.url, mode = %grant.mode, seq = grant.seq, failures, error = %why, "toggle push failed; retrying");
                     }
                     tokio::select! {
