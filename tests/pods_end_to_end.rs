@@ -373,3 +373,67 @@ async fn a_crash_looping_leader_steps_down_and_leadership_moves_without_two_lead
         .collect();
     eprintln!("step-downs per pod {counts:?}; leader app starts per pod {leader_runs:?}");
 }
+
+/// CPU seconds (user + system) a process has used, from /proc (clock ticks of 10 ms).
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the ')': state is field 3, utime 14 and stime 15 (1-based) of the whole line.
+    let ticks = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+/// Alone, a pod that stepped down leads again once its sit-out (one lease duration) is over —
+/// and sits it out idle, not polling a free Lease in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_crash_looping_leader_sits_out_one_lease_duration_then_leads_again() {
+    let ns = Cluster::shared().new_namespace().await;
+    Cluster::shared().create_released_lease(&ns).await;
+    let backoff = [
+        "--restart-backoff-initial",
+        "100ms",
+        "--restart-backoff-max",
+        "300ms",
+    ];
+    let mut pod = Pod::start_with("pod-a", &ns, Some("0.3"), &backoff);
+    let step_downs = |p: &mut Pod| {
+        p.elector()
+            .logs()
+            .matches("stepping down so another")
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), POLL, || step_downs(&mut pod) >= 1),
+        "no step-down"
+    );
+    let stepped = std::time::Instant::now();
+    let pid = pod.elector().pid().as_raw();
+    let cpu_before = cpu_seconds(pid);
+    let became = |p: &mut Pod| p.elector().logs().matches("became leader").count();
+    let leads_before = became(&mut pod);
+    assert!(
+        wait_until(Duration::from_secs(20), POLL, || became(&mut pod)
+            > leads_before),
+        "never led again after sitting out"
+    );
+    let sat_out = stepped.elapsed();
+    let cpu = cpu_seconds(pid) - cpu_before;
+    // FAST_TIMINGS: D = 4s. The step-down was seen up to a poll after it happened.
+    assert!(
+        sat_out >= Duration::from_millis(3800),
+        "led again {sat_out:?} after stepping down, before the lease duration"
+    );
+    assert!(
+        cpu < sat_out.as_secs_f64() / 2.0,
+        "the elector used {cpu:.2}s of CPU in a {sat_out:?} sit-out: it spun"
+    );
+    eprintln!("led again {sat_out:?} after stepping down; elector CPU meanwhile {cpu:.2}s");
+}

@@ -201,7 +201,10 @@ impl Elector {
             return self.next_attempt.min(heartbeat);
         }
         match self.candidate.free_at() {
-            Some(free) if self.outputs_healthy => free.max(self.next_attempt).min(heartbeat),
+            Some(free) if self.outputs_healthy => free
+                .max(self.next_attempt)
+                .max(self.step_down.sit_out_end())
+                .min(heartbeat),
             _ => heartbeat,
         }
     }

@@ -28,6 +28,12 @@ impl StepDown {
         self.sit_out_until.is_some_and(|until| now < until)
     }
 
+    /// When the sit-out ends (the distant past when there is none): a follower's next attempt
+    /// waits for it, so a free Lease does not wake the loop over and over meanwhile.
+    pub(super) fn sit_out_end(&self) -> BootInstant {
+        self.sit_out_until.unwrap_or_default()
+    }
+
     /// Whether `failures`, reported for the current term, call for a step-down.
     fn due(&self, failures: u64) -> bool {
         self.max_failures > 0 && failures >= self.max_failures
@@ -76,5 +82,7 @@ mod tests {
         s.sit_out_until = Some(t.saturating_add(Duration::from_nanos(10)));
         assert!(s.sitting_out(t));
         assert!(!s.sitting_out(t.saturating_add(Duration::from_nanos(10))));
+        assert_eq!(s.sit_out_end(), t.saturating_add(Duration::from_nanos(10)));
+        assert_eq!(StepDown::new(3).sit_out_end(), BootInstant::default());
     }
 }
