@@ -586,6 +586,22 @@ mod tests {
         assert!(!ack_file_confirms(&path, &key, order, floor));
     }
 
+    /// The elector runs on one thread too: a FIFO at the ack file's path used to block its
+    /// hand-over wait (and every renewal) on the open.
+    #[test]
+    fn a_fifo_as_the_ack_file_is_no_ack_and_no_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grant.json.ack");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let key = Key::generate().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let order = Order::default();
+            let _ = tx.send(ack_file_confirms(&path, &key, order, order));
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(false));
+    }
+
     /// Anything that answers 2xx on the toggle port used to count as the consumer's ack.
     #[tokio::test]
     async fn a_2xx_without_a_signed_ack_is_not_an_ack() {
