@@ -19,7 +19,7 @@ use super::child::{self, Exit};
 use super::follow::Observation;
 use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
 use super::toggle::{Push, Reply, Status};
-use super::trust::Trust;
+use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
 use crate::grant::{self, Grant, Mode, Order};
 
@@ -137,28 +137,6 @@ pub struct Supervisor {
     /// Refused objects are logged at most once a second, so a flood cannot flood the log.
     refusals: LogThrottle,
     status: watch::Sender<Status>,
-}
-
-/// Lets one line through per second and counts the rest.
-#[derive(Debug, Default)]
-struct LogThrottle {
-    last: Option<BootInstant>,
-    suppressed: u64,
-}
-
-impl LogThrottle {
-    /// Whether to log now; `Some(n)`: yes, and `n` lines were suppressed since the last one.
-    fn admit(&mut self, now: BootInstant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.saturating_since(t) < Duration::from_secs(1))
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
 }
 
 impl Supervisor {

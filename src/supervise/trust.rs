@@ -33,6 +33,28 @@ impl Refusal {
     }
 }
 
+/// Lets one line through per second and counts the rest.
+#[derive(Debug, Default)]
+pub struct LogThrottle {
+    last: Option<BootInstant>,
+    suppressed: u64,
+}
+
+impl LogThrottle {
+    /// Whether to log now; `Some(n)`: yes, and `n` lines were suppressed since the last one.
+    pub fn admit(&mut self, now: BootInstant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_since(t) < Duration::from_secs(1))
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// The elector's token as last read, and where to read it again.
 pub struct Trust {
     path: PathBuf,
