@@ -505,6 +505,20 @@ fn start() -> Result<Node, String> {
         &format!("{NODE_IP}/24"),
         &dir,
     )?);
+    // Service addresses are translated by kube-proxy's rules in the namespace; a route makes
+    // them reachable from the namespace itself too (the tests' HTTP loop), not only from pods.
+    netns::run(
+        "ip",
+        &[
+            "-n",
+            &name,
+            "route",
+            "add",
+            config::SERVICE_CIDR,
+            "dev",
+            config::BRIDGE,
+        ],
+    )?;
     let api_forward_port = ns.forward(format!("{NODE_IP}:{API_PORT}").parse().expect("addr"))?;
     let admin_kubeconfig = dir.join("admin-host.kubeconfig");
     let ca = fs::read(dir.join("pki/ca.crt")).map_err(|e| format!("read ca: {e}"))?;
