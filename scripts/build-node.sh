@@ -4,8 +4,8 @@
 # directory keyed by both versions, so a warm run only checks that the binaries are there:
 #
 #   kubelet, kube-proxy                          KUBELET_VERSION (default v1.34.4)
-#   kube-controller-manager, kube-scheduler,     KUBE_VERSION    (default v1.37.2, the
-#   kubectl                                                       apiserver's)
+#   kube-apiserver, kube-controller-manager,     KUBE_VERSION    (default v1.37.2, the
+#   kube-scheduler, kubectl                                       test control plane's)
 #
 # Why the kubelet is older than the apiserver. The machines this runs on (Firecracker VMs) mount
 # a cgroup v1 hierarchy, and the only container runtime Debian ships is containerd 1.6. Kubelet
@@ -16,11 +16,16 @@
 # apiserver, so they take its version — which also lets them reuse the Go build cache the
 # apiserver build filled (same module versions, same flags), and kubectl with them.
 #
+# The node runs its own kube-apiserver, the same version as scripts/build-test-cluster.sh's
+# but with the version stamped (-X k8s.io/component-base/version...): helm refuses to render
+# a chart whose templates compare the server's version when /version reports the unstamped
+# v0.0.0-master+$Format:...$. Its packages come from the Go build cache; only the link is new.
+#
 # Commands that share a version are built by one `go build` invocation, so the packages they
 # share are compiled once. CGO_ENABLED=0: the kubelet needs no cgo on Linux for what the tests
 # use (no cadvisor GPU accounting, no systemd journal), and static binaries need no library.
 #
-# Prints the directory holding the five binaries on its last line of stdout.
+# Prints the directory holding the six binaries on its last line of stdout.
 # Environment: KUBELET_VERSION, KUBE_VERSION, PME_CACHE (cache root).
 set -euo pipefail
 
@@ -29,7 +34,7 @@ KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
 OUT="$CACHE/node/kubelet-${KUBELET_VERSION}-kube-${KUBE_VERSION}"
 NODE_BINS=(kubelet kube-proxy)
-CONTROL_BINS=(kube-controller-manager kube-scheduler kubectl)
+CONTROL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 log() { echo "build-node: $*" >&2; }
 

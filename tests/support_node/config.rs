@@ -66,9 +66,9 @@ impl Component {
 /// (a restarted process finds its data and certificates where it left them).
 #[derive(Clone, Debug)]
 pub struct Layout {
-    /// kube-apiserver and etcd.
+    /// etcd (from scripts/build-test-cluster.sh).
     pub control_plane: PathBuf,
-    /// kubelet, kube-proxy, kube-controller-manager, kube-scheduler, kubectl.
+    /// kubelet, kube-proxy, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
     pub node_bin: PathBuf,
     pub dir: PathBuf,
     /// The kubelet's cgroup root, `/pme-node-<pid>`.
@@ -298,7 +298,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 c
             }
             Component::KubeApiserver => {
-                let mut c = cp("kube-apiserver");
+                // The node's own build (stamped with its version, which helm checks).
+                let mut c = nb("kube-apiserver");
                 c.arg("--etcd-servers=http://127.0.0.1:2379")
                     .arg(format!("--secure-port={API_PORT}"))
                     .arg("--bind-address=0.0.0.0")

@@ -21,6 +21,16 @@ pub struct HttpStats {
 }
 
 impl HttpStats {
+    /// How many failures of each kind (the error without addresses or numbers after it).
+    pub fn kinds(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut kinds = std::collections::BTreeMap::new();
+        for (_, _, e) in &self.failures {
+            let kind: String = e.split(" (os error").next().unwrap_or(e).to_owned();
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+        kinds
+    }
+
     /// Failures between two instants (microseconds since the epoch).
     pub fn failed_between(&self, from_us: i64, to_us: i64) -> usize {
         self.failures

@@ -427,18 +427,30 @@ fn sweep_stale_runs() {
             }
         }
     }
+    let stale_dirs: Vec<PathBuf> = fs::read_dir(std::env::temp_dir())
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with(PREFIX) && !alive(&name)
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
     for name in netns::list(PREFIX) {
         if !alive(&name) {
-            netns::remove_stale(&name);
+            let dir = stale_dirs.iter().find(|d| {
+                d.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{name}-")))
+            });
+            netns::remove_stale(&name, dir.map(PathBuf::as_path));
         }
     }
-    if let Ok(entries) = fs::read_dir(std::env::temp_dir()) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with(PREFIX) && !alive(&name) {
-                let _ = fs::remove_dir_all(e.path());
-            }
-        }
+    for dir in stale_dirs {
+        let _ = fs::remove_dir_all(dir);
     }
 }
 
@@ -580,9 +592,7 @@ fn bring_up(node: &Node) -> Result<(), String> {
     )?;
     import_image(
         layout,
-        &PathBuf::from(
-            env_dir("PME_NODE_IMAGES", "scripts/build-node-images.sh")?.join("pause.tar"),
-        ),
+        &env_dir("PME_NODE_IMAGES", "scripts/build-node-images.sh")?.join("pause.tar"),
     )?;
     for which in [Component::KubeProxy, Component::Kubelet] {
         let child = spawn(node, which)?;

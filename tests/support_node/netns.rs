@@ -34,6 +34,9 @@ const PRIVATE_PATHS: &[&str] = &[
     "/var/lib/kubelet",
 ];
 
+/// The file in the run's directory listing the mount points it created on the host.
+pub const CREATED_MOUNT_POINTS: &str = "created-mount-points";
+
 /// The node's namespaces. Dropping it does not remove them: [`Namespaces::remove`] does, once
 /// every process inside is gone.
 pub struct Namespaces {
@@ -54,6 +57,11 @@ impl Namespaces {
     /// `node_cidr` (e.g. `10.88.0.1/24`: the node's address, the pods' gateway), and a mount
     /// namespace with the private paths, held open by a `sleep` process.
     pub fn create(name: &str, bridge: &str, node_cidr: &str, dir: &Path) -> Result<Self, String> {
+        let mut created_dirs = Vec::new();
+        if !Path::new("/run/netns").exists() {
+            // `ip netns add` makes it; this run removes it again (when empty) at the end.
+            created_dirs.push(PathBuf::from("/run/netns"));
+        }
         run("ip", &["netns", "add", name])?;
         let ip = |args: &[&str]| {
             let mut all = vec!["-n", name];
@@ -68,7 +76,6 @@ impl Namespaces {
             .map_err(|e| format!("open /run/netns/{name}: {e}"))?
             .into();
 
-        let mut created_dirs = Vec::new();
         for path in PRIVATE_PATHS {
             let path = Path::new(path);
             if !path.exists() {
@@ -77,6 +84,13 @@ impl Namespaces {
                 created_dirs.push(path.to_owned());
             }
         }
+        // Recorded so a later run can remove them if this one is killed before its cleanup.
+        let list: String = created_dirs
+            .iter()
+            .map(|d| format!("{}\n", d.display()))
+            .collect();
+        std::fs::write(dir.join(CREATED_MOUNT_POINTS), list)
+            .map_err(|e| format!("write {CREATED_MOUNT_POINTS}: {e}"))?;
         let ready = dir.join("mount-namespace.ready");
         let mut script = String::new();
         for path in PRIVATE_PATHS {
@@ -205,9 +219,16 @@ impl Namespaces {
     }
 }
 
-/// Deletes the network namespace of a test binary that died without cleaning up.
-pub fn remove_stale(name: &str) {
+/// Deletes the network namespace of a test binary that died without cleaning up, and the
+/// (empty) mount points it created on the host, listed in its directory `dir`.
+pub fn remove_stale(name: &str, dir: Option<&Path>) {
     let _ = run("ip", &["netns", "delete", name]);
+    if let Some(list) = dir.and_then(|d| std::fs::read_to_string(d.join(CREATED_MOUNT_POINTS)).ok())
+    {
+        for path in list.lines().rev() {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
 }
 
 /// Names of `ip netns` namespaces that start with `prefix`.

@@ -71,37 +71,41 @@ impl Node {
         signal_all(&self.container_pids(&id), signal)
     }
 
-    /// The kubelet's `/pods` (its own view of every pod's status), over TLS with the
-    /// apiserver's kubelet client certificate, from inside the node's network namespace. Works
-    /// while the apiserver is down.
-    pub fn kubelet_pods(&self) -> Result<Vec<Pod>, String> {
+    /// GET `path` from the kubelet's API, over TLS with the apiserver's kubelet client
+    /// certificate, from inside the node's network namespace. Works while the apiserver is
+    /// down (x509 authentication, no webhook authorization).
+    pub fn kubelet_get(&self, path: &str) -> Result<String, String> {
         let cert = self.layout.path("pki/kubelet-client.crt");
         let key = self.layout.path("pki/kubelet-client.key");
-        // curl inside the namespace: the TLS client is the same one an operator would use,
-        // and this keeps a TLS stack out of the test harness.
+        // curl inside the namespace: an operator's TLS client, and no TLS stack in the harness.
         let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.ns.name, "curl", "-sk", "-m", "5"])
+            .args(["netns", "exec", &self.ns.name, "curl", "-sSfk", "-m", "5"])
             .arg("--cert")
             .arg(&cert)
             .arg("--key")
             .arg(&key)
-            .arg(format!("https://{NODE_IP}:{KUBELET_PORT}/pods"))
+            .arg(format!("https://{NODE_IP}:{KUBELET_PORT}{path}"))
             .output()
             .map_err(|e| format!("run curl: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "kubelet /pods: {}: {}",
+                "kubelet {path}: {}: {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        #[derive(serde::Deserialize)]
-        struct PodList {
-            items: Vec<Pod>,
-        }
-        serde_json::from_slice::<PodList>(&out.stdout)
-            .map(|l| l.items)
-            .map_err(|e| format!("kubelet /pods: {e}"))
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The kubelet's probe counters (`/metrics/probes`, `prober_probe_total`): for each
+    /// (pod, container, probe type, result), how many probes the kubelet ran.
+    pub fn kubelet_probe_counts(&self) -> Result<Vec<ProbeCount>, String> {
+        let text = self.kubelet_get("/metrics/probes")?;
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with("prober_probe_total{"))
+            .filter_map(ProbeCount::parse)
+            .collect())
     }
 
     /// One plain HTTP GET from inside the node's network namespace; the status code.
@@ -112,6 +116,40 @@ impl Node {
             .connect(addr, timeout)
             .map_err(|e| format!("connect {addr}: {e}"))?;
         http_status(&mut stream, path, timeout)
+    }
+}
+
+/// One `prober_probe_total` sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeCount {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// `Readiness`, `Liveness` or `Startup`.
+    pub probe_type: String,
+    /// `successful`, `failed` or `unknown`.
+    pub result: String,
+    pub count: f64,
+}
+
+impl ProbeCount {
+    fn parse(line: &str) -> Option<ProbeCount> {
+        let (labels, value) = line.strip_prefix("prober_probe_total{")?.split_once("} ")?;
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        Some(ProbeCount {
+            namespace: label("namespace"),
+            pod: label("pod"),
+            container: label("container"),
+            probe_type: label("probe_type"),
+            result: label("result"),
+            count: value.trim().parse().ok()?,
+        })
     }
 }
 
