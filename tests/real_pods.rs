@@ -763,3 +763,117 @@ async fn hold_for_a_look() {
     );
     tokio::time::sleep(Duration::from_secs(hold)).await;
 }
+
+/// Not a test: the demo on real pods (`scripts/demo.sh --node`). Installs Passmower with three
+/// replicas, runs `kubectl get pods,lease -w` where you can see it, and hands over three ways:
+/// a graceful delete of the leader's pod, a crash of the next leader's elector (restarted in
+/// place, it keeps the Lease), and a frozen leader pod (another takes over after the lease
+/// duration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the real-pod demo; run by scripts/demo.sh --node"]
+async fn demo_handover() {
+    use nix::sys::signal::Signal;
+    let _serial = serial().await;
+    let say = |s: &str| println!("\n\x1b[1m== {s}\x1b[0m");
+    say("starting a one-node Kubernetes and installing Passmower (helm + inject, 3 replicas)");
+    let node = Node::shared();
+    let install = install(node).await;
+    let client = node.admin_client().await;
+    println!(
+        "to look yourself: KUBECONFIG={} {} get pods,lease -n {} -w",
+        node.admin_kubeconfig().display(),
+        node.layout.node_bin.join("kubectl").display(),
+        install.namespace
+    );
+    let mut watch = node
+        .kubectl()
+        .args(["get", "pods,lease", "-n", &install.namespace, "-w"])
+        .spawn()
+        .expect("kubectl get -w");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let leader = |client: kube::Client| {
+        let install = install.clone();
+        async move { install.leader_pod(&client).await }
+    };
+    let wait_new_leader = |old: String| {
+        let (client, install) = (client.clone(), install.clone());
+        async move {
+            let t0 = Instant::now();
+            loop {
+                if let Some(p) = install.leader_pod(&client).await {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    if name != old {
+                        return (name, t0.elapsed());
+                    }
+                }
+                if t0.elapsed() > Duration::from_secs(120) {
+                    return ("(none)".into(), t0.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    let first = leader(client.clone()).await.expect("a leader");
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    say(&format!(
+        "1. graceful: kubectl delete pod {first_name} (the leader)"
+    ));
+    let _ = node
+        .kubectl()
+        .args([
+            "delete",
+            "pod",
+            &first_name,
+            "-n",
+            &install.namespace,
+            "--wait=false",
+        ])
+        .status();
+    let (second, took) = wait_new_leader(first_name).await;
+    say(&format!(
+        "{second} holds the Lease {} ms after the delete (app stopped, ack, release, watch)",
+        took.as_millis()
+    ));
+    install.wait_steady(node, Duration::from_secs(300)).await;
+
+    let second_pod = leader(client.clone()).await.expect("a leader");
+    let second_name = second_pod.metadata.name.clone().unwrap_or_default();
+    say(&format!(
+        "2. crash: SIGKILL the elector in {second_name}; the kubelet restarts it and it adopts the Lease"
+    ));
+    node.signal_container(&second_pod, passmower::ELECTOR_CONTAINER, Signal::SIGKILL);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    install.wait_steady(node, Duration::from_secs(300)).await;
+    let still = leader(client.clone())
+        .await
+        .and_then(|p| p.metadata.name)
+        .unwrap_or_default();
+    say(&format!(
+        "the Lease is held by {still} (restarts: see the RESTARTS column)"
+    ));
+
+    let third_pod = leader(client.clone()).await.expect("a leader");
+    let third_name = third_pod.metadata.name.clone().unwrap_or_default();
+    say(&format!(
+        "3. freeze: SIGSTOP every process of {third_name}; nobody may take over before the lease duration (15s)"
+    ));
+    let pids = node.pod_pids(&third_pod);
+    pods::signal_all(&pids, Signal::SIGSTOP);
+    let (fourth, took) = wait_new_leader(third_name.clone()).await;
+    say(&format!(
+        "{fourth} took over {} ms after the freeze (the frozen pod's app was stopped by its own supervisor when its grant expired, if it ran at all)",
+        took.as_millis()
+    ));
+    pods::signal_all(&pids, Signal::SIGCONT);
+    install.wait_steady(node, Duration::from_secs(300)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let tenures = assert_single_writer(node, &install);
+    say(&format!(
+        "done: {} leadership tenures in the audit log, none overlapping; the node is torn down now",
+        tenures.len()
+    ));
+}

@@ -407,9 +407,10 @@ fn post_renderer(dir: &Path, sidecar_image: &str, t: Timings) -> PathBuf {
     path
 }
 
-/// `helm` from `PME_HELM`, else `scripts/build-helm.sh` (cached by version).
+/// Helm 3 from `PME_HELM3` (as .ci/run sets it) or `PME_HELM`, else `scripts/build-helm.sh`
+/// (cached by version).
 pub fn helm_binary() -> PathBuf {
-    if let Some(h) = std::env::var_os("PME_HELM") {
+    if let Some(h) = std::env::var_os("PME_HELM3").or_else(|| std::env::var_os("PME_HELM")) {
         return PathBuf::from(h);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-helm.sh");
