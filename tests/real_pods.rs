@@ -273,6 +273,22 @@ struct Round {
     recovery_s: f64,
 }
 
+/// The faults to inject: `PME_REAL_PODS_FAULTS` (comma-separated names), default all.
+fn faults() -> Vec<Fault> {
+    match std::env::var("PME_REAL_PODS_FAULTS") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(|name| {
+                Fault::ALL
+                    .into_iter()
+                    .find(|f| f.name() == name.trim())
+                    .unwrap_or_else(|| panic!("PME_REAL_PODS_FAULTS: unknown fault {name:?}"))
+            })
+            .collect(),
+        _ => Fault::ALL.to_vec(),
+    }
+}
+
 fn rounds() -> usize {
     std::env::var("PME_REAL_PODS_ROUNDS")
         .ok()
@@ -466,7 +482,7 @@ async fn faults_keep_one_writer_and_reconcile() {
 
     let mut results: BTreeMap<Fault, Vec<Round>> = BTreeMap::new();
     for round in 1..=rounds {
-        for fault in Fault::ALL {
+        for fault in faults() {
             install.wait_steady(node, Duration::from_secs(300)).await;
             let name = format!("{}-{round}", fault.name());
             let t_begin = now_us();
