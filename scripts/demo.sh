@@ -9,8 +9,8 @@
 #
 #   scripts/demo.sh --node   the same story on real pods: a one-node Kubernetes (kubelet +
 #                            containerd, tests/support_node), the real Passmower installed by
-#                            helm with inject as post-renderer, `kubectl get pods,lease -w`
-#                            shown live, and three handovers (delete the leader's pod, crash
+#                            helm with inject as post-renderer, `kubectl get pods -w` and
+#                            `get lease -w` live (kubectl watches one type at a time), and three handovers (delete the leader's pod, crash
 #                            its elector, freeze its pod). Needs root; see scripts/real-pods.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -264,12 +264,13 @@ impl Fault {
 struct Round {
     /// Fault → first operator write of the OIDCClient created during the fault.
     gap_ms: f64,
-    /// Whether another pod reconciled it (leadership moved).
+    /// Whether another pod leads once the fault has settled.
     moved: bool,
     /// Requests that failed, to the ready pods' addresses and to the Service address.
     pod_failures: usize,
     service_failures: usize,
-    /// Fault → steady again (all replicas Ready, a leader).
+    /// Fault → steady again (all replicas Ready, a leader renewing), checked after a settle
+    /// of a lease duration and two retry periods.
     recovery_s: f64,
 }
 
@@ -499,8 +500,18 @@ async fn faults_keep_one_writer_and_reconcile() {
                 "{name}: the OIDCClient created during the fault was not reconciled in 240s\n{}",
                 node.logs_tail(10)
             );
+            // Settle for a lease duration and two renewals: a takeover that a fault causes
+            // (an elector that does not come back in time) has happened by then, so the next
+            // fault starts from a real steady state and hits the real leader.
+            tokio::time::sleep(install.timings.lease_duration + 2 * install.timings.retry_period)
+                .await;
             install.wait_steady(node, Duration::from_secs(300)).await;
             let t_steady = now_us();
+            let leader_after = install
+                .leader_pod(&node.admin_client().await)
+                .await
+                .and_then(|p| pods::pod_ip(&p))
+                .unwrap_or_default();
             // Late audit events of the reconcile (blocking mode: written before the answer).
             let writes = audit::read(&node.audit_log());
             let secret = passmower::secret_name(&name);
@@ -516,7 +527,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             let s = service_loop.snapshot();
             let r = Round {
                 gap_ms: (first.received_us - t_fault) as f64 / 1000.0,
-                moved: first.source_ip != old_ip,
+                moved: leader_after != old_ip,
                 // From the start of the injection (a rollout replaces other pods before the
                 // leader's) to steady again.
                 pod_failures: p.failed_between(t_begin, t_steady),
@@ -527,7 +538,7 @@ async fn faults_keep_one_writer_and_reconcile() {
                 "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} service {}",
                 fault.name(),
                 r.gap_ms,
-                if r.moved { "new leader" } else { "same pod" },
+                if r.moved { "leader moved" } else { "same leader" },
                 r.recovery_s,
                 r.pod_failures,
                 r.service_failures
@@ -796,16 +807,21 @@ async fn demo_handover() {
     let install = install(node).await;
     let client = node.admin_client().await;
     println!(
-        "to look yourself: KUBECONFIG={} {} get pods,lease -n {} -w",
+        "to look yourself: KUBECONFIG={} {} get pods -n {} -w (and lease)",
         node.admin_kubeconfig().display(),
         node.layout.node_bin.join("kubectl").display(),
         install.namespace
     );
-    let mut watch = node
-        .kubectl()
-        .args(["get", "pods,lease", "-n", &install.namespace, "-w"])
-        .spawn()
-        .expect("kubectl get -w");
+    // kubectl watches one resource type at a time: pods and the Lease side by side.
+    let mut watches: Vec<std::process::Child> = ["pods", "lease"]
+        .iter()
+        .map(|kind| {
+            node.kubectl()
+                .args(["get", kind, "-n", &install.namespace, "-w"])
+                .spawn()
+                .expect("kubectl get -w")
+        })
+        .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let leader = |client: kube::Client| {
@@ -857,10 +873,11 @@ async fn demo_handover() {
     let second_pod = leader(client.clone()).await.expect("a leader");
     let second_name = second_pod.metadata.name.clone().unwrap_or_default();
     say(&format!(
-        "2. crash: SIGKILL the elector in {second_name}; the kubelet restarts it and it adopts the Lease"
+        "2. crash: SIGKILL the elector in {second_name}; the kubelet restarts it (watch who holds the Lease after {}s)",
+        install.timings.lease_duration.as_secs()
     ));
     node.signal_container(&second_pod, passmower::ELECTOR_CONTAINER, Signal::SIGKILL);
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(install.timings.lease_duration + 2 * install.timings.retry_period).await;
     install.wait_steady(node, Duration::from_secs(300)).await;
     let still = leader(client.clone())
         .await
@@ -885,8 +902,10 @@ async fn demo_handover() {
     pods::signal_all(&pids, Signal::SIGCONT);
     install.wait_steady(node, Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let _ = watch.kill();
-    let _ = watch.wait();
+    for w in &mut watches {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
     let tenures = assert_single_writer(node, &install);
     say(&format!(
         "done: {} leadership tenures in the audit log, none overlapping; the node is torn down now",
