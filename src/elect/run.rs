@@ -235,18 +235,24 @@ impl Elector {
             Some(free) if self.outputs_healthy => free.max(self.next_attempt).min(heartbeat),
             _ => heartbeat,
         };
-        wake.min(self.recheck_at())
+        self.recheck_at().map_or(wake, |at| wake.min(at))
     }
 
     /// When a follower re-reads a Lease it has heard nothing of: two retry periods after the
     /// last news (a live holder renews every retry period), doubling while re-checks find
-    /// nothing new, at most one lease duration.
-    fn recheck_at(&self) -> BootInstant {
+    /// nothing new, at most one lease duration. Only a Lease that exists: an absent one has no
+    /// news to miss (a watch that died meanwhile is caught by the conditional create at the end
+    /// of the wait), and re-reading it would restart its wait (see
+    /// [`Candidate::observe`](crate::election::Candidate::observe)) for ever.
+    fn recheck_at(&self) -> Option<BootInstant> {
+        if !matches!(self.candidate.observed(), Some(Observed::Present(_))) {
+            return None;
+        }
         let timing = self.candidate.timing();
         let interval = (timing.retry_period * 2)
             .saturating_mul(1 << self.quiet_rechecks.min(16))
             .min(timing.lease_duration);
-        self.last_heard.saturating_add(interval)
+        Some(self.last_heard.saturating_add(interval))
     }
 
     fn on_watch(&mut self, item: WatchItem) {
@@ -336,7 +342,7 @@ impl Elector {
         if let Some(t) = self.candidate.tick(now) {
             self.apply(t, now);
         }
-        if !self.candidate.is_leader() && now >= self.recheck_at() {
+        if !self.candidate.is_leader() && self.recheck_at().is_some_and(|at| now >= at) {
             self.recheck().await;
         }
         let now = BootInstant::now();
