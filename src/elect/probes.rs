@@ -22,6 +22,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
 /// Connections served at once. Enough for the kubelet's probes, Prometheus and a few humans;
@@ -72,7 +73,10 @@ pub fn spawn(listener: std::net::TcpListener, state: Arc<ProbeState>) -> std::io
 }
 
 async fn serve(listener: TcpListener, state: Arc<ProbeState>) {
-    let mut open: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNECTIONS + 1);
+    // A slot per connection, held by its task: an evicted connection frees its descriptor when
+    // its task is dropped, which `abort` alone does not wait for.
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut open: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNECTIONS);
     let mut accept_failures = 0u64;
     loop {
         let stream = match listener.accept().await {
@@ -88,14 +92,23 @@ async fn serve(listener: TcpListener, state: Arc<ProbeState>) {
                 continue;
             }
         };
-        open.retain(|task| !task.is_finished());
-        if open.len() >= MAX_CONNECTIONS {
-            if let Some(oldest) = open.pop_front() {
-                oldest.abort();
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                // Full: the newcomer replaces the oldest connection.
+                open.retain(|task| !task.is_finished());
+                if let Some(oldest) = open.pop_front() {
+                    oldest.abort();
+                }
+                match slots.clone().acquire_owned().await {
+                    Ok(slot) => slot,
+                    Err(_) => return, // never closed
+                }
             }
-        }
+        };
         let state = state.clone();
         let task = tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(respond(&state, &req)) }
@@ -107,6 +120,7 @@ async fn serve(listener: TcpListener, state: Arc<ProbeState>) {
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, connection).await;
         });
+        open.retain(|task| !task.is_finished());
         open.push_back(task.abort_handle());
     }
 }
