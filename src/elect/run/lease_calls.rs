@@ -110,6 +110,9 @@ impl Elector {
             Err(LeaseApiError::NotFound) => {
                 self.metrics.api_error("not_found");
                 tracing::warn!("the Lease was deleted while we held it; recreating it");
+                // What the API says now: a recreated Lease starts its transitions at 0 again,
+                // which is no history break once its absence has been seen.
+                self.observe(now, None, Source::Read { sent_at });
                 self.recreate().await;
             }
             Err(e) => {

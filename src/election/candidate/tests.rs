@@ -369,3 +369,21 @@ fn a_foreign_duration_is_honoured_only_up_to_the_cap() {
     );
     assert_eq!(c.free_at(), Some(at(300.0)));
 }
+
+#[test]
+fn fewer_transitions_in_a_fresh_answer_is_a_history_break_unless_the_lease_was_seen_absent() {
+    // The store wrote past the old revision already, but the Lease's own count went back.
+    let mut c = candidate();
+    event(&mut c, at(0.0), held(Some("leader"), 100, Some(15), 7));
+    read(&mut c, at(1.0), held(None, 180, Some(1), 5));
+    assert_eq!(c.history_breaks(), 1);
+    assert!(!c.may_acquire(at(15.9)));
+    assert!(c.may_acquire(at(16.0)));
+    // A deleted and recreated Lease starts again at 0: no break once the absence was seen.
+    let mut c = candidate();
+    event(&mut c, at(0.0), held(Some("leader"), 100, Some(15), 7));
+    read(&mut c, at(1.0), Observed::Absent);
+    read(&mut c, at(2.0), held(None, 150, Some(1), 0));
+    assert_eq!(c.history_breaks(), 0);
+    assert!(c.may_acquire(at(2.0)));
+}
