@@ -558,6 +558,11 @@ impl Harness<'_> {
             self.tend();
             let settled = self.pods.iter().all(|p| p.settled(Duration::from_secs(1)));
             match self.observer.leaders().as_slice() {
+                // A leader child whose own elector or supervisor is not up (a killed elector's
+                // child runs on until its grant lapses) is no recovery: its stretch starts only
+                // once its pod is whole again. Otherwise the next fault could be injected
+                // while the real takeover is still to come, and its gap blamed on this one.
+                [one] if !self.pods[*one].settled(Duration::from_secs(1)) => stable = None,
                 [one] => match stable {
                     Some((pod, since, t)) if pod == *one => {
                         if settled && t.elapsed() >= STABLE {
