@@ -1,13 +1,20 @@
 //! A reference consumer of the grant protocol, for apps that switch operator mode live
 //! instead of being restarted by `passmower-elector supervise`.
 //!
-//! It does what the protocol asks of any consumer (see DESIGN "Safety"):
+//! It does what the protocol asks of any consumer (see the README, "The flag file and toggle
+//! protocol"):
+//! - obeys only objects it can tie to its elector: the `mac` verifies under the key in
+//!   `<flag-file>.token` and `incarnation` is the one that file names (on a mismatch the token is
+//!   read again once, in case the elector just restarted); a leader grant must not expire further
+//!   ahead than the `renew_deadline_ns` it announces; anything else is refused (401/403/400 on the
+//!   toggle, ignored in the flag file) — and never obeyed;
 //! - takes grants from two channels, the toggle push (POST /grant on loopback) and the flag
 //!   file, and obeys an object only if its (incarnation, seq) is newer than the last one;
 //! - keeps its own dead man's switch: a leader grant lapses at `expires_boottime_ns` on
 //!   CLOCK_BOOTTIME even if the elector never says so;
 //! - acknowledges only once a change has taken effect (operators really stopped), by the 2xx
-//!   response and by the ack file `<flag-file>.ack`, and writes `"stopped"` there on exit.
+//!   response and by the ack file `<flag-file>.ack`, both a signed ack object, and writes
+//!   `"stopped"` there on exit.
 //!
 //! Run: `cargo run --example consumer -- [FLAG_FILE] [LISTEN_ADDR]`
 //! (defaults /var/run/passmower-elector/grant.json and 127.0.0.1:8082).
@@ -17,18 +24,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use passmower_elector::clock::{self, BootInstant};
+use passmower_elector::grant::auth::{self, Token};
 use passmower_elector::grant::{self, Grant, Mode, Order};
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
 
+/// The UID the elector image runs as; a token file may be owned by it or by us.
+const ELECTOR_UID: u32 = 65532;
+
 /// What this process is doing and why.
 struct Consumer {
     ack_file: PathBuf,
+    token_file: PathBuf,
+    /// The elector's key and incarnation, as last read from the token file.
+    token: Option<Token>,
     /// The newest object obeyed; older ones are ignored.
     last: Order,
     /// The obeyed grant, if it made us leader (its expiry drives the dead man's switch).
@@ -39,19 +53,74 @@ struct Consumer {
 
 /// How a grant was received.
 enum Outcome {
-    Obeyed,
-    AlreadyInEffect,
+    /// Obeyed; carries the signed ack of the mode now in effect.
+    Obeyed(Grant),
+    AlreadyInEffect(Grant),
     Stale,
+    /// Cannot be tied to the elector (401: bad or no mac, 403: another incarnation) or is not
+    /// something an elector can mean (400).
+    Refused(StatusCode, String),
 }
 
 impl Consumer {
-    /// Applies `g` if it is newer than anything obeyed, then acks it in the ack file.
+    /// Checks that `g` comes from the elector named by the token file and is within its limits.
+    fn verify(&mut self, g: &Grant) -> Result<(), (StatusCode, String)> {
+        if self.authenticate(g).is_err() {
+            // The elector may just have restarted with a new key: read the token once more.
+            self.reload_token();
+        }
+        self.authenticate(g)?;
+        let now = BootInstant::now();
+        if g.mode == Mode::Stopped {
+            return Err((StatusCode::BAD_REQUEST, "\"stopped\" is for acks".into()));
+        }
+        if g.mode == Mode::Leader
+            && (g.renew_deadline_ns == 0 || g.expiry() > now.saturating_add(g.renew_deadline()))
+        {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "leader grant expires further ahead than its renew deadline".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn authenticate(&self, g: &Grant) -> Result<(), (StatusCode, String)> {
+        let Some(token) = &self.token else {
+            return Err((StatusCode::FORBIDDEN, "no elector token".into()));
+        };
+        if g.incarnation != token.incarnation {
+            return Err((
+                StatusCode::FORBIDDEN,
+                "not the running elector's incarnation".into(),
+            ));
+        }
+        if !token.key.verify_grant(g) {
+            return Err((StatusCode::UNAUTHORIZED, "mac missing or wrong".into()));
+        }
+        Ok(())
+    }
+
+    fn reload_token(&mut self) {
+        let me = nix::unistd::geteuid().as_raw();
+        match auth::read_token(&self.token_file, &[me, ELECTOR_UID]) {
+            Ok(Some(t)) => self.token = Some(t),
+            Ok(None) => {}
+            // Keep the key we have: a broken or planted file must not make us forget it.
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+
+    /// Applies `g` if it is authentic and newer than anything obeyed, then acks it.
     async fn obey(&mut self, g: &Grant) -> Outcome {
+        if let Err((status, why)) = self.verify(g) {
+            return Outcome::Refused(status, why);
+        }
         if g.order() < self.last {
             return Outcome::Stale;
         }
         if g.order() == self.last {
-            return Outcome::AlreadyInEffect;
+            return Outcome::AlreadyInEffect(self.ack_object(self.mode_in_effect()));
         }
         self.last = g.order();
         // A leader grant that arrives already expired is a follower grant.
@@ -66,8 +135,15 @@ impl Consumer {
             }
             _ => self.stop("demoted").await,
         }
-        self.ack(mode);
-        Outcome::Obeyed
+        Outcome::Obeyed(self.ack(mode))
+    }
+
+    fn mode_in_effect(&self) -> Mode {
+        if self.operators.is_some() {
+            Mode::Leader
+        } else {
+            Mode::Follower
+        }
     }
 
     /// Stops operator work for real before returning: the ack that follows is a promise.
@@ -80,17 +156,23 @@ impl Consumer {
         }
     }
 
-    fn ack(&self, mode: Mode) {
-        let ack = serde_json::json!({
-            "incarnation": self.last.incarnation,
-            "seq": self.last.seq,
-            "mode": mode,
-        });
-        let mut bytes = ack.to_string().into_bytes();
-        bytes.push(b'\n');
-        if let Err(e) = passmower_elector::atomic_file::write(&self.ack_file, &bytes) {
+    /// The signed ack of the last object obeyed, in `mode`.
+    fn ack_object(&self, mode: Mode) -> Grant {
+        let mut ack = Grant::follower("", 0, self.last, "");
+        ack.mode = mode;
+        if let Some(token) = &self.token {
+            token.key.sign_ack(&mut ack);
+        }
+        ack
+    }
+
+    /// Writes the ack file (atomic) and returns the ack object for a toggle answer.
+    fn ack(&self, mode: Mode) -> Grant {
+        let ack = self.ack_object(mode);
+        if let Err(e) = grant::write_file(&self.ack_file, &ack) {
             eprintln!("cannot write {}: {e}", self.ack_file.display());
         }
+        ack
     }
 }
 
@@ -110,12 +192,16 @@ async fn main() -> std::io::Result<()> {
             .unwrap_or_else(|| "/var/run/passmower-elector/grant.json".into()),
     );
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:8082".into());
-    let consumer = Arc::new(Mutex::new(Consumer {
+    let mut state = Consumer {
         ack_file: grant::ack_path(&flag_file),
+        token_file: auth::token_path(&flag_file),
+        token: None,
         last: Order::default(),
         leader_until: None,
         operators: None,
-    }));
+    };
+    state.reload_token();
+    let consumer = Arc::new(Mutex::new(state));
     let changed = Arc::new(Notify::new());
 
     tokio::spawn(watch_flag_file(
@@ -153,41 +239,58 @@ async fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-/// POST /grant: 200 once the grant is in effect, 409 for an object older than one obeyed.
+/// POST /grant: 200 with the signed ack once the grant is in effect, 409 for an object older
+/// than one obeyed, 401/403/400 for one that cannot be tied to the elector.
 async fn toggle(
     req: Request<Incoming>,
     consumer: Arc<Mutex<Consumer>>,
     changed: Arc<Notify>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let reply = |status: StatusCode, body: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let reply = |status: StatusCode, body: Vec<u8>| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
         Ok(r)
     };
     if req.method() != Method::POST || req.uri().path() != "/grant" {
-        return reply(StatusCode::NOT_FOUND, "POST /grant\n");
+        return reply(StatusCode::NOT_FOUND, b"POST /grant\n".to_vec());
     }
-    let Ok(body) = req.into_body().collect().await else {
-        return reply(StatusCode::BAD_REQUEST, "unreadable body\n");
+    let Ok(body) = Limited::new(req.into_body(), 64 * 1024).collect().await else {
+        return reply(StatusCode::BAD_REQUEST, b"unreadable body\n".to_vec());
     };
     let Ok(g) = Grant::from_json(&body.to_bytes()) else {
-        return reply(StatusCode::BAD_REQUEST, "not a grant object\n");
+        return reply(StatusCode::BAD_REQUEST, b"not a grant object\n".to_vec());
     };
     let outcome = consumer.lock().await.obey(&g).await;
     changed.notify_one();
     match outcome {
-        Outcome::Obeyed | Outcome::AlreadyInEffect => reply(StatusCode::OK, "ok\n"),
-        Outcome::Stale => reply(StatusCode::CONFLICT, "older than the grant in effect\n"),
+        Outcome::Obeyed(ack) | Outcome::AlreadyInEffect(ack) => {
+            reply(StatusCode::OK, ack.to_json())
+        }
+        Outcome::Stale => reply(
+            StatusCode::CONFLICT,
+            b"older than the grant in effect\n".to_vec(),
+        ),
+        Outcome::Refused(status, why) => {
+            eprintln!("refused a pushed object: {why}");
+            reply(status, format!("{why}\n").into_bytes())
+        }
     }
 }
 
 /// The flag file is the channel that survives a lost push; polling it is simple and enough
 /// (inotify would only shave the interval).
 async fn watch_flag_file(path: PathBuf, consumer: Arc<Mutex<Consumer>>, changed: Arc<Notify>) {
+    let mut last_refusal = String::new();
     loop {
         if let Some(g) = read(&path) {
-            if let Outcome::Obeyed = consumer.lock().await.obey(&g).await {
-                changed.notify_one();
+            match consumer.lock().await.obey(&g).await {
+                Outcome::Obeyed(_) => changed.notify_one(),
+                // Logged once per distinct reason, so a forged file does not flood the log.
+                Outcome::Refused(_, why) if why != last_refusal => {
+                    eprintln!("ignoring {}: {why}", path.display());
+                    last_refusal = why;
+                }
+                _ => {}
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -195,6 +298,7 @@ async fn watch_flag_file(path: PathBuf, consumer: Arc<Mutex<Consumer>>, changed:
 }
 
 fn read(path: &Path) -> Option<Grant> {
+    // grant::read_file never follows a symlink, never blocks on a FIFO and caps the size.
     match grant::read_file(path) {
         Ok(g) => g,
         Err(e) => {

@@ -14,7 +14,11 @@ OUT="$CACHE/control-plane/kube-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
 
 log() { echo "build-test-cluster: $*" >&2; }
 
-if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" ]]; then
+# The apiserver reports its version only when the build stamps it (as Kubernetes' own build
+# does): Helm compares charts' kubeVersion and `.Capabilities.KubeVersion` with it, and an
+# unstamped v0.0.0-master fails both. The marker tells a stamped binary from an older cache.
+STAMP="$OUT/kube-apiserver.version-stamped"
+if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" && -f "$STAMP" ]]; then
   log "cached: $OUT"
   echo "$OUT"
   exit 0
@@ -44,8 +48,15 @@ build_kube_apiserver() {
   } >>go.mod
   go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >&2
   log "compiling kube-apiserver ${KUBE_VERSION} (several minutes on two cores)"
-  go build -trimpath -ldflags "-s -w" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  local minor="${KUBE_VERSION#v1.}" ldflags="-s -w" pkg
+  minor="${minor%%.*}"
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ldflags+=" -X $pkg.gitVersion=${KUBE_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  go build -trimpath -ldflags "$ldflags" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
   mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+  touch "$STAMP"
 }
 
 # etcd: the server module refers to its sibling modules through ../ replace lines, which
@@ -70,6 +81,6 @@ MOD
 }
 
 [[ -x "$OUT/etcd" ]] || build_etcd
-[[ -x "$OUT/kube-apiserver" ]] || build_kube_apiserver
+[[ -x "$OUT/kube-apiserver" && -f "$STAMP" ]] || build_kube_apiserver
 log "built: $OUT"
 echo "$OUT"

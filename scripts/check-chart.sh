@@ -1,31 +1,49 @@
 #!/usr/bin/env bash
-# Lints and renders charts/passmower-elector with a helm built by scripts/build-helm.sh, and
-# renders NOTES.txt too (helm only shows it on install, which needs a cluster).
+# Lints and renders charts/passmower-elector with a helm built by scripts/build-helm.sh (HELM
+# selects another binary, e.g. Helm 4), renders NOTES.txt too (helm only shows it on install,
+# which needs a cluster; tests/inject_chart.rs installs it for real and runs what it prints),
+# and checks that what the chart must refuse is refused.
 #
 # With PME_RENDERED_CHART_DIR set, also writes the chart as installed (`helm template`) into
 # that directory, one file per values variant, for tests/manifests_dry_run.rs to send to a real
 # kube-apiserver as a strict server-side dry run (.ci/run sets it before the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-helm="$(bash scripts/build-helm.sh | tail -1)"
+helm="${HELM:-$(bash scripts/build-helm.sh | tail -1)}"
 chart=charts/passmower-elector
-"$helm" lint --strict "$chart"
-"$helm" lint --strict "$chart" --set replicaCount=1,denyIdleNamespace=false,classicSidecar=true
-"$helm" template passmower-elector "$chart" -n auth >/dev/null
+image=(--set image.repository=registry.example.com/passmower-elector)
+"$helm" lint --strict "$chart" "${image[@]}"
+"$helm" lint --strict "$chart" "${image[@]}" --set denyIdleNamespace=false,classicSidecar=true
+"$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
   rm -f "$PME_RENDERED_CHART_DIR"/*.yaml
-  "$helm" template passmower-elector "$chart" -n auth >"$PME_RENDERED_CHART_DIR/default.yaml"
-  # replicaCount=1 takes the other PodDisruptionBudget branch (minAvailable).
-  "$helm" template passmower-elector "$chart" -n auth \
-    --set replicaCount=1,classicSidecar=true,lease.name=pm-leader \
-    >"$PME_RENDERED_CHART_DIR/classic-sidecar-one-replica.yaml"
+  "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >"$PME_RENDERED_CHART_DIR/default.yaml"
+  # Another Passmower release name and a Lease name of its own.
+  "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
+    --set passmower.release=auth,classicSidecar=true,lease.name=pm-leader \
+    >"$PME_RENDERED_CHART_DIR/release-auth-lease-name.yaml"
   echo "check-chart: rendered into $PME_RENDERED_CHART_DIR: $(cd "$PME_RENDERED_CHART_DIR" && echo *.yaml)" >&2
 fi
-if "$helm" template passmower-elector "$chart" --set idleNamespace='a*' >/dev/null 2>&1; then
-  echo "check-chart: an invalid idleNamespace was accepted" >&2
-  exit 1
-fi
+# refuse WHAT MESSAGE ARGS...: the chart must fail to render, saying MESSAGE.
+refuse() {
+  local what="$1" message="$2" out
+  shift 2
+  if out="$("$helm" template passmower-elector "$chart" -n auth "$@" 2>&1)"; then
+    echo "check-chart: $what was accepted" >&2
+    exit 1
+  fi
+  if [[ "$out" != *"$message"* ]]; then
+    echo "check-chart: $what was refused without saying \"$message\": $out" >&2
+    exit 1
+  fi
+}
+refuse "a missing image" "image.repository is required"
+refuse "the unpublished placeholder image" "placeholder" --set image.repository=ghcr.io/passmower/passmower-elector
+refuse "an invalid idleNamespace" "idleNamespace" "${image[@]}" --set idleNamespace='a*'
+# kubeVersion: the idle-namespace policy's API is GA in 1.30.
+refuse "Kubernetes 1.29" "kubeVersion" "${image[@]}" --kube-version 1.29.0
+"$helm" template passmower-elector "$chart" -n auth "${image[@]}" --kube-version 1.30.0 >/dev/null
 # NOTES.txt rendered as a normal template in a scratch copy of the chart.
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
@@ -37,5 +55,5 @@ cp -r "$chart" "$scratch/chart"
   echo 'notes: {{ include "notes" . | quote }}'
 } >"$scratch/chart/templates/notes-check.yaml"
 rm "$scratch/chart/templates/NOTES.txt"
-"$helm" template passmower-elector "$scratch/chart" -n auth --show-only templates/notes-check.yaml >/dev/null
-echo "check-chart: lint, template and NOTES.txt OK ($("$helm" version --short))" >&2
+"$helm" template passmower-elector "$scratch/chart" -n auth "${image[@]}" --show-only templates/notes-check.yaml >/dev/null
+echo "check-chart: lint, template, refusals and NOTES.txt OK ($("$helm" version --short))" >&2

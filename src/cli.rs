@@ -33,6 +33,7 @@ pub enum Role {
     /// Run the app as PID 1 and switch it between leader and follower mode with the grant.
     Supervise(supervise::SuperviseArgs),
     /// Add the elector, the supervisor and RBAC to Kubernetes manifests (Helm post-renderer).
+    #[command(long_about = inject::LONG_ABOUT)]
     Inject(inject::InjectArgs),
     /// Copy this binary to DEST (mode 0755, atomic), for an initContainer without a shell.
     CopySelf(copy_self::CopySelfArgs),
@@ -41,7 +42,15 @@ pub enum Role {
 /// Parses the command line and runs the chosen role. Usage errors exit 2 (clap's convention,
 /// shared with every configuration error the roles find themselves).
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Helm 4 hides a post-renderer's stderr: `inject --on-error=manifest` reports even a
+        // mistyped flag where Helm shows it.
+        Err(e) => match inject::usage_error(&e, std::env::args_os()) {
+            Some(code) => return code,
+            None => e.exit(),
+        },
+    };
     if let Err(e) = logging::init(&cli.log) {
         return e.report();
     }

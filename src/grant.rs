@@ -7,6 +7,12 @@
 //! kernel) and `seq` grows with every object that process emits. A consumer obeys an object only
 //! if it is newer than the last one it obeyed, so a late or retried push cannot undo a newer
 //! demotion and a dead elector's last words never outrank its successor's.
+//!
+//! Every object is also tied to the elector that emitted it: [`auth`] keeps the per-incarnation
+//! key the elector writes to `<flag-file>.token` and the MACs over the canonical strings that
+//! grants and acks carry in `mac`.
+
+pub mod auth;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -64,9 +70,29 @@ pub struct Grant {
     /// CLOCK_BOOTTIME nanoseconds at which a leader grant lapses; 0 for a follower.
     #[serde(default)]
     pub expires_boottime_ns: u64,
+    /// R of the elector that wrote it, in ns: a consumer refuses a leader grant that expires
+    /// further ahead than this from the moment it reads it.
+    #[serde(default)]
+    pub renew_deadline_ns: u64,
+    /// K of the elector that wrote it, in ns: the longest a consumer may take to stop operator
+    /// work after a demotion or the expiry (the supervisor never uses a longer grace).
+    #[serde(default)]
+    pub kill_grace_ns: u64,
+    /// Only in acks: leader children in a row that exited on their own before the supervisor's
+    /// `--restart-backoff-reset` (a crash-looping leader), reset by a stable run or a demotion.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leader_start_failures: u64,
     /// The same expiry as RFC 3339 wall-clock time, for humans only; never used for decisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Lower-case hex HMAC-SHA256 of the canonical string (see [`auth`]) under the key of the
+    /// elector incarnation named by `incarnation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Grant {
@@ -86,7 +112,11 @@ impl Grant {
             seq: order.seq,
             lease: lease.to_owned(),
             expires_boottime_ns: expires.as_nanos(),
+            renew_deadline_ns: 0,
+            kill_grace_ns: 0,
+            leader_start_failures: 0,
             expires_at: Some(clock::rfc3339_of(expires)),
+            mac: None,
         }
     }
 
@@ -100,8 +130,29 @@ impl Grant {
             seq: order.seq,
             lease: lease.to_owned(),
             expires_boottime_ns: 0,
+            renew_deadline_ns: 0,
+            kill_grace_ns: 0,
+            leader_start_failures: 0,
             expires_at: None,
+            mac: None,
         }
+    }
+
+    /// The same object announcing the elector's renew deadline R and kill grace K.
+    pub fn with_limits(mut self, renew_deadline: Duration, kill_grace: Duration) -> Self {
+        self.renew_deadline_ns = duration_ns(renew_deadline);
+        self.kill_grace_ns = duration_ns(kill_grace);
+        self
+    }
+
+    /// The elector's kill grace K as announced in the object (zero when absent).
+    pub fn kill_grace(&self) -> Duration {
+        Duration::from_nanos(self.kill_grace_ns)
+    }
+
+    /// The elector's renew deadline R as announced in the object (zero when absent).
+    pub fn renew_deadline(&self) -> Duration {
+        Duration::from_nanos(self.renew_deadline_ns)
     }
 
     pub fn order(&self) -> Order {
@@ -175,16 +226,22 @@ pub fn write_file(path: &Path, grant: &Grant) -> Result<(), GrantError> {
     })
 }
 
-/// Reads a grant object from `path`; `Ok(None)` when the file does not exist yet.
+/// Reads a grant object from `path`; `Ok(None)` when the file does not exist yet. A symlink, a
+/// FIFO or anything but a small regular file is an error, never a wait (see [`atomic_file`]).
 pub fn read_file(path: &Path) -> Result<Option<Grant>, GrantError> {
-    match std::fs::read(path) {
-        Ok(bytes) => Grant::from_json(&bytes).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+    match atomic_file::read_capped(path, atomic_file::MAX_READ) {
+        Ok(Some(bytes)) => Grant::from_json(&bytes).map(Some),
+        Ok(None) => Ok(None),
         Err(source) => Err(GrantError::Read {
             path: path.to_owned(),
             source,
         }),
     }
+}
+
+/// Nanoseconds of `d`, saturating (a duration beyond 584 years is not a real setting).
+pub fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The process-wide ordering stamp source of one elector incarnation.
@@ -295,6 +352,31 @@ mod tests {
     fn garbage_is_an_error_not_a_grant() {
         assert!(Grant::from_json(b"{\"mode\":\"king\"}").is_err());
         assert!(Grant::from_json(b"").is_err());
+    }
+
+    #[test]
+    fn limits_and_mac_travel_in_the_object_and_acks_only_carry_failures_when_nonzero() {
+        let g = Grant::follower("x", 0, order(1, 1), "ns/l")
+            .with_limits(Duration::from_secs(10), Duration::from_secs(3));
+        let text = String::from_utf8(g.to_json()).unwrap();
+        assert!(text.contains("\"renew_deadline_ns\":10000000000"), "{text}");
+        assert!(text.contains("\"kill_grace_ns\":3000000000"), "{text}");
+        assert!(!text.contains("leader_start_failures"), "{text}");
+        assert!(!text.contains("\"mac\""), "{text}");
+        assert_eq!(g.kill_grace(), Duration::from_secs(3));
+        assert_eq!(g.renew_deadline(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_fifo_where_the_file_should_be_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grant.json.ack");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_file(&path).is_err());
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true));
     }
 
     #[test]

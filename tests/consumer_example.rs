@@ -1,7 +1,8 @@
 //! examples/consumer.rs, the reference consumer of the grant protocol, does what the protocol
-//! asks of a consumer: obeys only newer objects (200 / 409 on the toggle), takes grants from the
-//! flag file too, demotes itself when a leader grant expires, and writes "stopped" to its ack
-//! file when SIGTERM ends it. Runs the built example (`cargo test --all-targets`, which
+//! asks of a consumer: obeys only objects tied to its elector (401 / 403 / 400 otherwise, and a
+//! forged flag file is ignored), only newer ones (200 / 409 on the toggle), takes grants from the
+//! flag file too, demotes itself when a leader grant expires, signs its acks, and writes
+//! "stopped" to its ack file when SIGTERM ends it. Runs the built example (`cargo test --all-targets`, which
 //! `scripts/test.sh` runs, builds it) as a child process, killed by PID if the test fails.
 
 mod support;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
+use passmower_elector::grant::auth::{self, Key, Token};
 use passmower_elector::grant::{self, Grant, Order};
 use serde_json::Value;
 use support::ElectorProcess;
@@ -37,6 +39,11 @@ fn consumer_binary() -> PathBuf {
 
 /// POSTs `g` to the toggle; the HTTP status code.
 async fn push(port: u16, g: &Grant) -> u16 {
+    push_answer(port, g).await.0
+}
+
+/// POSTs `g` to the toggle; the HTTP status code and the body.
+async fn push_answer(port: u16, g: &Grant) -> (u16, String) {
     let body = g.to_json();
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -53,11 +60,25 @@ async fn push(port: u16, g: &Grant) -> u16 {
         .await
         .expect("toggle answers in time")
         .expect("read reply");
-    reply
+    let code = reply
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP reply: {reply:?}"))
+        .unwrap_or_else(|| panic!("not an HTTP reply: {reply:?}"));
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+const INCARNATION: u64 = 1_000;
+
+/// `g` as the elector would emit it: R 60s, K 3s, signed with `key`.
+fn signed(key: &Key, g: Grant) -> Grant {
+    let mut g = g.with_limits(Duration::from_secs(60), Duration::from_secs(3));
+    key.sign_grant(&mut g);
+    g
 }
 
 fn ack(flag_file: &Path) -> Option<Value> {
@@ -86,7 +107,7 @@ async fn wait_for_ack(
 
 fn leader(seq: u64, valid_for: Duration) -> Grant {
     let order = Order {
-        incarnation: 1_000,
+        incarnation: INCARNATION,
         seq,
     };
     Grant::leader(
@@ -103,6 +124,16 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
     let program = consumer_binary();
     let dir = tempfile::tempdir().expect("tempdir");
     let flag_file = dir.path().join("grant.json");
+    // The elector's token, as it writes it before anything else.
+    let key = Key::generate().expect("key");
+    auth::write_token(
+        &auth::token_path(&flag_file),
+        &Token {
+            incarnation: INCARNATION,
+            key: key.clone(),
+        },
+    )
+    .expect("token");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -126,33 +157,74 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
     .await;
     assert!(up, "the consumer never listened\n{}", consumer.logs());
 
-    // A leader grant: obeyed, acked by 200 and in the ack file.
-    assert_eq!(push(port, &leader(5, Duration::from_secs(30))).await, 200);
+    // Forgeries first: unsigned, signed with a made-up key, another incarnation, and a signed
+    // grant that expires further ahead than its renew deadline. None is obeyed.
+    let mut forged = leader(u64::MAX, Duration::from_secs(30));
+    forged.expires_boottime_ns = u64::MAX;
+    assert_eq!(push(port, &forged).await, 401, "unsigned");
+    let made_up = signed(&Key::generate().expect("key"), forged.clone());
+    assert_eq!(push(port, &made_up).await, 401, "another key");
+    let mut other_incarnation = leader(1, Duration::from_secs(30));
+    other_incarnation.incarnation = BootInstant::now().as_nanos();
+    assert_eq!(push(port, &signed(&key, other_incarnation)).await, 403);
+    assert_eq!(push(port, &signed(&key, forged.clone())).await, 400);
+    grant::write_file(&flag_file, &made_up).expect("write flag");
+    std::thread::sleep(Duration::from_millis(600)); // three polls of the flag file
+    assert!(
+        ack(&flag_file).is_none(),
+        "a forged object was obeyed: {:?}",
+        ack(&flag_file)
+    );
+    assert!(
+        consumer.logs().contains("mac missing or wrong"),
+        "{}",
+        consumer.logs()
+    );
+
+    // A leader grant: obeyed, acked by 200 with a signed ack, and in the ack file.
+    let (code, body) = push_answer(port, &signed(&key, leader(5, Duration::from_secs(30)))).await;
+    assert_eq!(code, 200, "{body}");
+    let answered = Grant::from_json(body.as_bytes()).expect("the 200 carries an ack object");
+    assert!(
+        key.verify_ack(&answered),
+        "the toggle's ack is signed: {body}"
+    );
     wait_for_ack(&consumer, &flag_file, 5, "leader", Duration::from_secs(2)).await;
+    let on_disk = grant::read_file(&grant::ack_path(&flag_file))
+        .expect("ack file")
+        .expect("ack file");
+    assert!(key.verify_ack(&on_disk), "the ack file is signed");
     // The same object again is already in effect: 200, nothing changes.
-    assert_eq!(push(port, &leader(5, Duration::from_secs(30))).await, 200);
+    assert_eq!(
+        push(port, &signed(&key, leader(5, Duration::from_secs(30)))).await,
+        200
+    );
     // An older object (a delayed push) is refused and does not undo the newer one.
     let older = Grant::follower(
         "pod-a_1",
         1,
         Order {
-            incarnation: 1_000,
+            incarnation: INCARNATION,
             seq: 4,
         },
         LEASE,
     );
-    assert_eq!(push(port, &older).await, 409);
+    assert_eq!(push(port, &signed(&key, older)).await, 409);
     assert_eq!(ack(&flag_file).expect("ack")["seq"], 5);
     assert_eq!(ack(&flag_file).expect("ack")["mode"], "leader");
 
     // The flag file is the other channel: a newer grant written there is obeyed.
-    grant::write_file(&flag_file, &leader(6, Duration::from_secs(30))).expect("write flag");
+    grant::write_file(
+        &flag_file,
+        &signed(&key, leader(6, Duration::from_secs(30))),
+    )
+    .expect("write flag");
     wait_for_ack(&consumer, &flag_file, 6, "leader", Duration::from_secs(3)).await;
 
     // A leader grant nobody renews: the consumer's own dead man's switch demotes it at the
     // expiry, with no word from the elector.
     assert_eq!(
-        push(port, &leader(7, Duration::from_millis(800))).await,
+        push(port, &signed(&key, leader(7, Duration::from_millis(800)))).await,
         200
     );
     wait_for_ack(&consumer, &flag_file, 7, "leader", Duration::from_secs(1)).await;
@@ -162,6 +234,23 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
         "{}",
         consumer.logs()
     );
+
+    // The elector restarts: a new token, and its objects (lower seq, new incarnation) are
+    // obeyed after the consumer reads the token again.
+    let key2 = Key::generate().expect("key");
+    let restarted = BootInstant::now().as_nanos();
+    auth::write_token(
+        &auth::token_path(&flag_file),
+        &Token {
+            incarnation: restarted,
+            key: key2.clone(),
+        },
+    )
+    .expect("token");
+    let mut first = leader(1, Duration::from_secs(30));
+    first.incarnation = restarted;
+    assert_eq!(push(port, &signed(&key2, first)).await, 200);
+    wait_for_ack(&consumer, &flag_file, 1, "leader", Duration::from_secs(2)).await;
 
     // SIGTERM, as the kubelet stops a pod: exits and says "stopped" in the ack file.
     consumer.signal(Signal::SIGTERM);

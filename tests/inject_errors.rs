@@ -3,11 +3,17 @@
 
 mod inject_support;
 
-use inject_support::{golden, run, ExitStatus};
+use inject_support::{golden, inject, run, ExitStatus, IMAGE};
 
-/// Runs inject, asserts exit 2 with empty stdout, returns stderr.
+/// Runs ARGS (starting with `inject`; the test image is added), asserts exit 2 with empty
+/// stdout, returns stderr.
 fn refused(args: &[&str], input: &str, env: &[(&str, &str)]) -> String {
-    let out = run(args, input, env);
+    assert_eq!(args[0], "inject");
+    let out = inject(&args[1..], input, env);
+    check_refused(out)
+}
+
+fn check_refused(out: inject_support::Output) -> String {
     assert_eq!(out.status, ExitStatus::Code(2), "stderr: {}", out.stderr);
     assert_eq!(out.stdout, "", "a refused injection must print nothing");
     assert!(!out.stderr.is_empty());
@@ -111,4 +117,84 @@ fn foreign_object_with_a_generated_name_is_refused() {
     );
     let stderr = refused(&["inject"], &input, &[]);
     assert!(stderr.contains("Role passmower-elector"), "{stderr}");
+}
+
+/// No default image: nothing publishes one, so a default would leave every pod in Init. The
+/// refusal says how to build and push one, both ways.
+#[test]
+fn the_sidecar_image_is_required() {
+    let out = run(&["inject"], &golden("passmower.in.yaml"), &[]);
+    let stderr = check_refused(out);
+    for needle in [
+        "--image",
+        "Dockerfile.sidecar",
+        "scripts/build-sidecar-image.sh",
+        "skopeo copy oci-archive:",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The variable works as the flag does.
+    let out = run(
+        &["inject"],
+        &golden("passmower.in.yaml"),
+        &[("ELECTOR_IMAGE", IMAGE)],
+    );
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("image: {IMAGE}")));
+}
+
+#[test]
+fn the_old_placeholder_image_is_refused() {
+    let stderr = refused(
+        &[
+            "inject",
+            "--image=ghcr.io/passmower/passmower-elector:0.1.0",
+        ],
+        &golden("passmower.in.yaml"),
+        &[],
+    );
+    assert!(stderr.contains("placeholder"), "{stderr}");
+    assert!(stderr.contains("Dockerfile.sidecar"), "{stderr}");
+}
+
+/// `--on-error=manifest` (what the Helm 4 plugin runs): the reason also goes to stdout, as
+/// one object of a kind no cluster serves whose name is the reason, and the exit is 0 so that
+/// Helm 4 reads it. Even a mistyped flag is reported that way.
+#[test]
+fn on_error_manifest_puts_the_reason_where_helm_4_shows_it() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["inject", "--on-error=manifest"], "--image"),
+        (
+            &["inject", "--on-error=manifest", &format!("--image={IMAGE}")],
+            "no target found",
+        ),
+        (
+            &["inject", "--on-error", "manifest", "--imagee=x"],
+            "--imagee",
+        ),
+    ];
+    let no_target = golden("no-target.in.yaml");
+    for (args, reason) in cases {
+        let input = if reason == "no target found" {
+            no_target.as_str()
+        } else {
+            ""
+        };
+        let out = run(args, input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(reason), "{args:?}: {}", out.stderr);
+        let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&out.stdout)
+            .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+            .filter(|d: &serde_json::Value| !d.is_null())
+            .collect();
+        assert_eq!(docs.len(), 1, "{args:?}: {}", out.stdout);
+        assert_eq!(docs[0]["kind"], "InjectFailed");
+        let name = docs[0]["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            name.starts_with("passmower-elector inject failed: ") && name.contains(reason),
+            "{args:?}: {name}"
+        );
+    }
+    // Without the flag a usage error stays clap's: exit 2, nothing on stdout.
+    check_refused(run(&["inject", "--imagee=x"], "", &[]));
 }

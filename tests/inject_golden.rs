@@ -4,7 +4,7 @@
 
 mod inject_support;
 
-use inject_support::{golden, golden_path, run, ExitStatus};
+use inject_support::{golden, golden_path, inject, ExitStatus, IMAGE};
 use passmower_elector::inject::{inject_str, InjectOptions, WorkloadKind};
 
 /// Compares `actual` with the golden file `name`, or rewrites it under UPDATE_GOLDEN=1.
@@ -31,8 +31,10 @@ fn check_golden(name: &str, actual: &str) {
     }
 }
 
+/// Runs `ARGS` (starting with `inject`; the test image is added) and returns stdout.
 fn inject_ok(args: &[&str], input: &str) -> String {
-    let out = run(args, input, &[]);
+    assert_eq!(args[0], "inject");
+    let out = inject(&args[1..], input, &[]);
     assert_eq!(out.status, ExitStatus::Code(0), "stderr: {}", out.stderr);
     out.stdout
 }
@@ -118,26 +120,112 @@ fn statefulset_with_another_container_name() {
     );
 }
 
+/// What `kubectl get deploy -o yaml` prints: a `kind: List` of live objects. It stays one List,
+/// the companions become items, the sidecars run as the app's non-root user.
+#[test]
+fn a_kubectl_list_is_injected_in_place() {
+    let output = inject_ok(&["inject"], &golden("list.in.yaml"));
+    check_golden("list.out.yaml", &output);
+    let list: serde_json::Value = serde_norway::from_str(&output).expect("one YAML document");
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Role", "RoleBinding", "PodDisruptionBudget"]
+    );
+    let pod = &list["items"][0]["spec"]["template"]["spec"];
+    for sidecar in pod["initContainers"].as_array().expect("initContainers") {
+        assert_eq!(sidecar["securityContext"]["runAsUser"], 1000, "{sidecar}");
+        assert_eq!(sidecar["securityContext"]["runAsGroup"], 1000, "{sidecar}");
+    }
+    // An explicit rolling update that keeps pods running is the user's to keep.
+    assert_eq!(
+        list["items"][0]["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        "25%"
+    );
+}
+
+/// A PodMonitor that selects the target's pods scrapes the elector too; others are left alone.
+#[test]
+fn the_targets_podmonitor_scrapes_the_elector() {
+    let output = inject_ok(&["inject"], &golden("mixed.in.yaml"));
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&output)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let monitor = |name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == "PodMonitor" && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("PodMonitor {name}"))
+    };
+    let endpoints = monitor("passmower")["spec"]["podMetricsEndpoints"].clone();
+    assert_eq!(
+        endpoints,
+        serde_json::json!([
+            {"port": "metrics", "interval": "30s"},
+            {"port": "elector-probe", "path": "/metrics", "interval": "30s"},
+        ])
+    );
+    assert_eq!(
+        monitor("redis")["spec"]["podMetricsEndpoints"],
+        serde_json::json!([{"port": "metrics"}])
+    );
+    // The port it names is the elector container's.
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "passmower")
+        .expect("deployment");
+    let elector = deployment["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .expect("initContainers")
+        .iter()
+        .find(|c| c["name"] == "passmower-elector")
+        .expect("elector");
+    assert_eq!(elector["ports"][0]["name"], "elector-probe");
+}
+
+/// Warnings go where Helm users see them: a comment above the document (helm template, helm
+/// get manifest) and an annotation on the object (kubectl describe), not only stderr.
+#[test]
+fn warnings_are_in_the_manifests() {
+    let output = inject_ok(&["inject"], &golden("mixed.in.yaml"));
+    for needle in ["strategy replaced by RollingUpdate", "runs 1 replica"] {
+        let comment = output
+            .lines()
+            .find(|l| l.starts_with("# passmower-elector: warning: ") && l.contains(needle));
+        assert!(comment.is_some(), "no comment with {needle:?}");
+        let annotation = output.lines().find(|l| {
+            l.trim_start().starts_with("passmower-elector.io/warnings:") && l.contains(needle)
+        });
+        assert!(annotation.is_some(), "no annotation with {needle:?}");
+    }
+}
+
 #[test]
 fn no_target_passes_through_with_allow_none() {
     let input = golden("no-target.in.yaml");
     assert_eq!(inject_ok(&["inject", "--allow-none"], &input), input);
-    let out = run(&["inject"], &input, &[("ELECTOR_ALLOW_NONE", "true")]);
+    let out = inject(&[], &input, &[("ELECTOR_ALLOW_NONE", "true")]);
     assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
     assert_eq!(out.stdout, input);
 }
 
 #[test]
 fn injecting_twice_equals_injecting_once() {
-    let cases: [(&str, InjectOptions); 4] = [
-        ("passmower.in.yaml", InjectOptions::default()),
-        ("mixed.in.yaml", InjectOptions::default()),
+    let cases: [(&str, InjectOptions); 5] = [
+        ("list.in.yaml", InjectOptions::new(IMAGE)),
+        ("passmower.in.yaml", InjectOptions::new(IMAGE)),
+        ("mixed.in.yaml", InjectOptions::new(IMAGE)),
         (
             "passmower.in.yaml",
             InjectOptions {
                 classic_sidecar: true,
                 deny_idle_namespace: true,
-                ..Default::default()
+                ..InjectOptions::new(IMAGE)
             },
         ),
         (
@@ -146,7 +234,7 @@ fn injecting_twice_equals_injecting_once() {
                 kinds: vec![WorkloadKind::StatefulSet],
                 container: "app".into(),
                 app_command: Some(vec!["/usr/bin/idp".into()]),
-                ..Default::default()
+                ..InjectOptions::new(IMAGE)
             },
         ),
     ];

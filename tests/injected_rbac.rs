@@ -75,7 +75,7 @@ fn inject_for(ns: &TestNs) -> Injected {
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(300),
         kill_grace: Duration::from_secs(1),
-        ..InjectOptions::default()
+        ..InjectOptions::new("registry.example.com/passmower-elector:0.1.0")
     };
     let out = inject_str(&passmower(&ns.name), &opts).expect("inject");
     let docs = parse_stream(&out);

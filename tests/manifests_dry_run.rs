@@ -53,14 +53,101 @@ fn rendered_chart_files() -> Option<Vec<PathBuf>> {
     Some(files)
 }
 
+/// The objects of a stream as `kubectl create` sends them: the items of a `kind: List` one by
+/// one, without what only the server sets (a List from `kubectl get` carries it).
+fn objects(yaml: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for doc in parse_stream(yaml) {
+        let items = match (doc["kind"].as_str(), doc["items"].as_array()) {
+            (Some("List"), Some(items)) => items.clone(),
+            _ => vec![doc],
+        };
+        for mut item in items {
+            if let Some(meta) = item["metadata"].as_object_mut() {
+                for field in ["resourceVersion", "uid", "creationTimestamp", "generation"] {
+                    meta.remove(field);
+                }
+            }
+            if let Some(object) = item.as_object_mut() {
+                object.remove("status");
+            }
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// A stand-in for the Prometheus Operator's PodMonitor CRD, so the PodMonitors `inject`
+/// rewrites are checked too: the part of its schema `inject` writes (selector, endpoints'
+/// port, path and interval), strict about those fields and open about the rest.
+async fn install_podmonitor_crd(applier: &mut Applier) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "podmonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "PodMonitor", "listKind": "PodMonitorList", "plural": "podmonitors", "singular": "podmonitor"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["selector"],
+                            "properties": {
+                                "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                "podMetricsEndpoints": {"type": "array", "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "port": {"type": "string"},
+                                        "path": {"type": "string"},
+                                        "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+                                    },
+                                }},
+                            },
+                        },
+                    },
+                }},
+            }],
+        },
+    });
+    match applier.send(&crd, DEFAULT_NAMESPACE, Mode::Create).await {
+        Ok(_) => {}
+        Err(e) if e.contains("AlreadyExists") || e.contains("already exists") => {}
+        Err(e) => panic!("stand-in PodMonitor CRD: {e}"),
+    }
+    // Discovery serves the new kind once the CRD is established.
+    let probe = json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": {"name": "probe"}, "spec": {"selector": {}},
+    });
+    let ready = support::wait_until_async(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(200),
+        || async {
+            Applier::new(Cluster::shared().admin_client().await)
+                .send(&probe, DEFAULT_NAMESPACE, Mode::DryRun)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert!(ready, "the stand-in PodMonitor CRD was not served in time");
+}
+
 /// Dry-runs every document of every file; panics listing all refusals. Returns the count.
 async fn dry_run_files(files: &[PathBuf]) -> usize {
     let cluster = Cluster::shared();
     let mut applier = Applier::new(cluster.admin_client().await);
+    install_podmonitor_crd(&mut applier).await;
+    let mut applier = Applier::new(cluster.admin_client().await);
     let mut refused = Vec::new();
     let mut checked = 0;
     for file in files {
-        let docs = parse_stream(&read(file));
+        let docs = objects(&read(file));
         assert!(!docs.is_empty(), "{} has no documents", file.display());
         for doc in &docs {
             checked += 1;

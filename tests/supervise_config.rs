@@ -163,6 +163,84 @@ fn a_bad_duration_or_policy_names_its_flag() {
     assert_config_error(&sb, &out, &["--on-follower"]);
 }
 
+/// Item 3: with NAMESPACE_SELECTOR=<real> in the container's environment, a `--leader-env` key
+/// without a follower value let the follower inherit the real selector and run operators.
+#[test]
+fn a_leader_env_key_without_a_follower_value_is_refused_naming_the_key() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--leader-env",
+            "NAMESPACE_SELECTOR=passmower",
+            "--leader-env",
+            "LOG=debug",
+            "--follower-env",
+            "LOG=info",
+        ],
+        true,
+    );
+    assert_config_error(
+        &sb,
+        &out,
+        &["--leader-env", "NAMESPACE_SELECTOR", "--follower-env"],
+    );
+}
+
+#[test]
+fn leader_args_without_their_follower_counterpart_are_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let base = ["--flag-file", &f, "--listen", "127.0.0.1:0"];
+    let out = run(
+        &sb,
+        &[&base[..], &["--leader-args", "--operators"]].concat(),
+        true,
+    );
+    assert_config_error(&sb, &out, &["--leader-args", "--follower-args"]);
+    let out = run(
+        &sb,
+        &[
+            &base[..],
+            &[
+                "--leader-args",
+                "--selector=real",
+                "--follower-args",
+                "--quiet",
+            ],
+        ]
+        .concat(),
+        true,
+    );
+    assert_config_error(&sb, &out, &["--leader-args", "--selector"]);
+}
+
+/// Without a toggle and without inotify a demotion is noticed up to one re-read interval late;
+/// the elector's no-ack wait has a 1s margin for that and for scheduling.
+#[test]
+fn a_reread_interval_the_margin_does_not_cover_is_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let out = run(
+        &sb,
+        &[
+            "--flag-file",
+            &f,
+            "--listen",
+            "127.0.0.1:0",
+            "--reread-interval",
+            "2s",
+        ],
+        true,
+    );
+    assert_config_error(&sb, &out, &["--reread-interval", "500ms"]);
+}
+
 #[test]
 fn flags_can_come_from_elector_environment_variables() {
     let sb = Sandbox::new();
@@ -199,6 +277,7 @@ fn help_explains_every_flag() {
         "--restart-backoff-initial",
         "--restart-backoff-max",
         "--exit-with-child",
+        "--elector-uid",
         "ELECTOR_LEADER_ENV",
     ] {
         assert!(help.contains(f), "{f} missing from --help:\n{help}");

@@ -241,6 +241,7 @@ fn an_expired_leader_grant_demotes_at_its_expiry_without_the_elector() {
 #[test]
 fn older_objects_are_ignored_and_a_retry_of_the_last_one_is_acked() {
     let sb = Sandbox::new();
+    sb.elector_restart(5);
     let sv = start_recording(&sb, &[]);
     sv.wait_mode("follower", LIMIT).expect("follower child");
     let current = leader(5, 10, Duration::from_secs(60));
@@ -252,8 +253,8 @@ fn older_objects_are_ignored_and_a_retry_of_the_last_one_is_acked() {
     assert!(body.contains("stale"), "{body}");
     let (status, _) = sv.push(&follower(4, 99));
     assert_eq!(
-        status, 409,
-        "an older incarnation never outranks a newer one"
+        status, 403,
+        "an older incarnation (not the token's) never outranks a newer one"
     );
     // A late flag file from the past is ignored as well.
     sb.write_grant(&follower(5, 3));
@@ -452,9 +453,10 @@ fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
     );
 
     let port = sv.port;
+    let body = sv.sign(&follower(1, 2)).to_json();
     let sent = Instant::now();
     let demotion = std::thread::spawn(move || {
-        let r = http(port, "POST", "/", &follower(1, 2).to_json());
+        let r = http(port, "POST", "/", &body);
         (r, sent.elapsed())
     });
     assert!(
@@ -500,7 +502,8 @@ fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
         .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     let port = sv.port;
-    let demotion = std::thread::spawn(move || http(port, "POST", "/", &follower(1, 2).to_json()));
+    let body = sv.sign(&follower(1, 2)).to_json();
+    let demotion = std::thread::spawn(move || http(port, "POST", "/", &body));
     assert!(wait_until(LIMIT, || sv.mode()["transitioning"] == true));
     let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
     assert_eq!(status, 200, "{body}");
@@ -573,30 +576,129 @@ fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
     );
 }
 
+/// The forgery of issue 9: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
+/// it made the pod leader for ever and every real object after it looked stale.
+fn forgeries() -> Vec<(&'static str, passmower_elector::grant::Grant)> {
+    use passmower_elector::clock::BootInstant;
+    use passmower_elector::grant::auth::Key;
+    let now = BootInstant::now().as_nanos();
+    let mut forged = leader(now, u64::MAX, Duration::from_secs(60));
+    forged.expires_boottime_ns = u64::MAX;
+    forged.renew_deadline_ns = u64::MAX;
+    forged.kill_grace_ns = 1;
+    let unsigned = forged.clone();
+    // "Plausible": a well-formed MAC, under a key the forger made up.
+    let mut plausible = forged.clone();
+    Key::generate().expect("key").sign_grant(&mut plausible);
+    // The running elector's incarnation, a mac copied from nowhere.
+    let mut same_incarnation = leader(1, u64::MAX, Duration::from_secs(60));
+    same_incarnation.expires_boottime_ns = u64::MAX;
+    same_incarnation.mac = Some("ab".repeat(32));
+    vec![
+        ("unsigned", unsigned),
+        ("signed with another key", plausible),
+        ("the elector's incarnation, a made-up mac", same_incarnation),
+    ]
+}
+
 #[test]
-fn a_grant_from_a_future_incarnation_is_refused_on_both_channels() {
+fn forged_pushes_are_refused_and_the_electors_next_objects_still_take_effect() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &[]);
     sv.wait_mode("follower", LIMIT).expect("follower child");
-    // An incarnation is an elector's start on CLOCK_BOOTTIME: one an hour ahead cannot be real.
-    let future = passmower_elector::clock::BootInstant::now()
-        .saturating_add(Duration::from_secs(3600))
-        .as_nanos();
-    let (status, body) = sv.push(&leader(future, 1, Duration::from_secs(60)));
+    for (what, forged) in forgeries() {
+        let (status, body) = sv.push_raw(&forged);
+        assert!(
+            status == 401 || status == 403,
+            "{what}: answered {status} {body}"
+        );
+        let m = sv.mode();
+        assert_eq!(
+            (m["mode"].as_str(), m["seq"].as_u64()),
+            (Some("follower"), Some(0)),
+            "{what} was obeyed"
+        );
+    }
+    // An authentic grant that expires further ahead than the renew deadline it announces.
+    let mut far = leader(1, 5, Duration::from_secs(60));
+    far = far.with_limits(Duration::from_secs(10), Duration::from_secs(3));
+    let (status, body) = sv.push(&far);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("incarnation"), "{body}");
-    sb.write_grant(&leader(future, 2, Duration::from_secs(60)));
-    assert!(
-        wait_until(LIMIT, || sv.log_contains("via=\"flag file\"")
-            || sv.log_contains("via=flag file")),
-        "the flag file's object was not refused"
-    );
-    let m = sv.mode();
-    assert_eq!(
-        (m["mode"].as_str(), m["seq"].as_u64()),
-        (Some("follower"), Some(0))
-    );
-    // It blocked nothing: a real elector's objects are still obeyed.
+    assert!(body.contains("renew deadline"), "{body}");
+    // The real elector's objects still take effect: nothing forged made them look stale.
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    assert!(
+        sb.ack_verifies(),
+        "the ack is signed with the elector's key"
+    );
+    assert_eq!(sv.push(&follower(1, 2)).0, 200);
+    assert!(!alive(pid));
+    assert_eq!(sv.mode()["mode"], "follower");
+}
+
+#[test]
+fn a_forged_flag_file_is_never_obeyed_and_the_electors_next_object_still_is() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    for (what, forged) in forgeries() {
+        sb.write_raw_grant(&forged);
+        assert!(
+            wait_until(LIMIT, || sv.log_contains("cannot be tied to the elector")),
+            "{what}: the flag file's object was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let m = sv.mode();
+        assert_eq!(
+            (
+                m["mode"].as_str(),
+                m["child_mode"].as_str(),
+                m["seq"].as_u64()
+            ),
+            (Some("follower"), Some("follower"), Some(0)),
+            "{what} was obeyed"
+        );
+    }
+    assert!(
+        sb.starts().iter().all(|(_, m)| m == "follower"),
+        "{:?}",
+        sb.starts()
+    );
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    sv.wait_mode("leader", LIMIT)
+        .expect("the elector's grant is obeyed after the forgeries");
+}
+
+#[test]
+fn a_forged_leader_over_an_obeyed_grant_demotes_rather_than_keeps_the_old_grant() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    // Something overwrites the flag file (perhaps over the elector's demotion): whatever the
+    // elector last wrote there is unknown now, so the old grant is not trusted to be current.
+    sb.write_raw_grant(&forgeries()[0].1);
+    sv.wait_mode("follower", LIMIT)
+        .expect("demoted when the file stopped holding a verifiable grant");
+    assert!(!alive(pid));
+    // The elector's next renewal restores it.
+    sb.write_grant(&leader(1, 2, Duration::from_secs(60)));
+    sv.wait_mode("leader", LIMIT).expect("leader again");
+}
+
+#[test]
+fn a_restarted_elector_is_followed_through_its_new_token() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    assert_eq!(sv.push(&leader(1, 9, Duration::from_secs(60))).0, 200);
     sv.wait_mode("leader", LIMIT).expect("leader child");
+    // The elector restarts: a new token, then its first object (a follower, lower seq).
+    let incarnation = passmower_elector::clock::BootInstant::now().as_nanos();
+    sb.elector_restart(incarnation);
+    assert_eq!(sv.push(&follower(incarnation, 1)).0, 200);
+    assert_eq!(sv.mode()["mode"], "follower");
+    // The dead incarnation's objects are refused now, even signed (with the new key) ones.
+    let (status, _) = sv.push(&leader(1, 10, Duration::from_secs(60)));
+    assert_eq!(status, 403);
 }

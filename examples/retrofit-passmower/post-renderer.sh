@@ -1,5 +1,5 @@
 #!/bin/sh
-# Helm 3 post-renderer: Helm pipes the rendered release to stdin and installs what comes out.
-# Extra flags (e.g. --workload-only when the passmower-elector chart provides the RBAC) can be
-# passed with --post-renderer-args or through ELECTOR_* variables.
+# Helm 3 post-renderer as a script, for when extra flags are easier to keep in a file than in
+# --post-renderer-args: `helm upgrade ... --post-renderer ./post-renderer.sh`. (Helm 3 also
+# runs the binary itself: --post-renderer passmower-elector --post-renderer-args inject.)
 exec passmower-elector inject "$@"

@@ -62,6 +62,16 @@ pub struct ElectArgs {
     /// Do not create Kubernetes Events for transitions.
     #[arg(long, env = "ELECTOR_NO_EVENTS")]
     pub no_events: bool,
+    /// Step down after the app has exited on its own this many times in a row in leader mode
+    /// (as the supervisor reports in its ack), hand the Lease over and stay out of contention
+    /// for one lease duration so another pod can try. 0 never steps down.
+    #[arg(
+        long,
+        env = "ELECTOR_MAX_LEADER_FAILURES",
+        value_name = "N",
+        default_value = "3"
+    )]
+    pub max_leader_failures: u64,
 }
 
 /// The validated configuration of the `elect` role.
@@ -78,6 +88,8 @@ pub struct ElectConfig {
     pub toggle_url: Option<Uri>,
     pub probe_addr: SocketAddr,
     pub events: bool,
+    /// Failed leader starts in a row after which this pod steps down (0: never).
+    pub max_leader_failures: u64,
 }
 
 impl ElectArgs {
@@ -139,6 +151,7 @@ impl ElectArgs {
             toggle_url,
             probe_addr: self.probe_addr,
             events: !self.no_events,
+            max_leader_failures: self.max_leader_failures,
         })
     }
 }

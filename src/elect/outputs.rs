@@ -3,57 +3,79 @@
 //!
 //! The flag file is written before anything is pushed: if it cannot be written, a leader grant
 //! is not pushed either (fail closed), so the two channels never disagree about a promotion.
+//! Before the first object, the token file gives consumers this incarnation's key; every object
+//! is signed with it, and only acks signed with it count. `push` holds the toggle's pusher.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use hyper::Uri;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use tokio::sync::watch;
 
 use crate::clock::{self, BootInstant};
+use crate::grant::auth::{self, AuthError, Key, Token};
 use crate::grant::{self, Grant, GrantError, Mode, Order, Sequencer};
+
+mod push;
+use push::Toggle;
 
 /// Where the grant goes.
 pub struct Outputs {
     flag_file: PathBuf,
     lease_ref: String,
     sequencer: Sequencer,
+    /// This incarnation's MAC key; written to the token file before anything is published.
+    key: Key,
+    token_written: bool,
+    /// R and K, announced in every object so a consumer can bound what it accepts.
+    renew_deadline: Duration,
+    kill_grace: Duration,
     toggle: Option<Toggle>,
     /// Expiry of the leader grant the flag file may still hold (None once a follower object
     /// was written): a consumer that missed the demotion push obeys it until then.
     leader_on_disk: Option<BootInstant>,
+    /// Order of the first leader grant of the latest term: a consumer that ran a leader under
+    /// this term has obeyed at least this object, so its `stopped` names at least this order.
+    term_start: Order,
+    /// Whether the last object published was a leader grant.
+    leading: bool,
 }
 
 /// How a demotion was acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckSource {
-    /// The toggle endpoint answered 2xx to the demotion push.
+    /// The toggle endpoint answered 2xx to the demotion push, with a verified ack.
     Toggle,
-    /// The consumer's ack file shows the demotion (or that it has stopped).
+    /// The consumer's ack file shows the demotion (or that it has stopped), with a verified MAC.
     AckFile,
     /// Nobody acknowledged; kill grace and margin have passed since the demotion was written.
     KillGrace,
 }
 
 impl Outputs {
+    /// Outputs for a new elector incarnation; fails only when no random key can be made.
     pub fn new(
         flag_file: PathBuf,
         lease_ref: String,
         toggle_url: Option<Uri>,
         push_timeout: Duration,
-    ) -> Self {
-        Outputs {
+        renew_deadline: Duration,
+        kill_grace: Duration,
+    ) -> Result<Self, AuthError> {
+        let key = Key::generate()?;
+        let ack_file = grant::ack_path(&flag_file);
+        Ok(Outputs {
             flag_file,
             lease_ref,
             sequencer: Sequencer::start(),
-            toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout)),
+            toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout, key.clone(), ack_file)),
+            key,
+            token_written: false,
+            renew_deadline,
+            kill_grace,
             leader_on_disk: None,
-        }
+            term_start: Order::default(),
+            leading: false,
+        })
     }
 
     pub fn flag_file(&self) -> &Path {
@@ -64,6 +86,29 @@ impl Outputs {
         self.sequencer.incarnation()
     }
 
+    /// Writes `<flag-file>.token` once, before the first object: no consumer could verify an
+    /// object published before its key. Retried with every publication until it succeeds.
+    fn ensure_token(&mut self) -> Result<(), GrantError> {
+        if self.token_written {
+            return Ok(());
+        }
+        let path = auth::token_path(&self.flag_file);
+        let token = Token {
+            incarnation: self.sequencer.incarnation(),
+            key: self.key.clone(),
+        };
+        auth::write_token(&path, &token).map_err(|source| GrantError::Write { path, source })?;
+        self.token_written = true;
+        Ok(())
+    }
+
+    /// A signed object carrying this elector's R and K.
+    fn seal(&self, grant: Grant) -> Grant {
+        let mut grant = grant.with_limits(self.renew_deadline, self.kill_grace);
+        self.key.sign_grant(&mut grant);
+        grant
+    }
+
     /// Publishes a leader grant. On a write failure nothing is pushed and the caller must fail
     /// closed (demote and release).
     pub fn leader(
@@ -72,13 +117,13 @@ impl Outputs {
         epoch: u64,
         expiry: BootInstant,
     ) -> Result<Order, GrantError> {
-        let grant = Grant::leader(
-            holder,
-            epoch,
-            self.sequencer.next_order(),
-            &self.lease_ref,
-            expiry,
-        );
+        self.ensure_token()?;
+        let order = self.sequencer.next_order();
+        let grant = self.seal(Grant::leader(holder, epoch, order, &self.lease_ref, expiry));
+        if !self.leading {
+            self.term_start = grant.order();
+            self.leading = true;
+        }
         // Even a failed write may have reached the file (rename done, directory fsync failed):
         // assume the consumer can see this expiry either way.
         self.leader_on_disk = Some(self.leader_on_disk.map_or(expiry, |e| e.max(expiry)));
@@ -90,8 +135,12 @@ impl Outputs {
     /// Publishes follower mode. The push goes out even when the file cannot be written: a
     /// demotion must reach the consumer by every channel that still works.
     pub fn follower(&mut self, holder: &str, epoch: u64) -> (Order, Result<(), GrantError>) {
-        let grant = Grant::follower(holder, epoch, self.sequencer.next_order(), &self.lease_ref);
-        let written = grant::write_file(&self.flag_file, &grant);
+        let order = self.sequencer.next_order();
+        let grant = self.seal(Grant::follower(holder, epoch, order, &self.lease_ref));
+        self.leading = false;
+        let written = self
+            .ensure_token()
+            .and_then(|()| grant::write_file(&self.flag_file, &grant));
         if written.is_ok() {
             self.leader_on_disk = None;
         }
@@ -105,25 +154,62 @@ impl Outputs {
         self.leader_on_disk
     }
 
+    /// Order of the first leader grant of the latest term (zero before any).
+    pub fn term_start(&self) -> Order {
+        self.term_start
+    }
+
     fn push(&self, grant: Grant) {
         if let Some(toggle) = &self.toggle {
             toggle.latest.send_replace(Some(grant));
         }
     }
 
+    /// The oldest order a `stopped` ack may name and still count: the start of the latest term
+    /// and anything the toggle acked since. A consumer that stopped after running this term's
+    /// leader names at least that much; an older `stopped` (a previous container's, copied back)
+    /// says nothing about the consumer running now.
+    fn stopped_floor(&self) -> Order {
+        let toggled = self
+            .toggle
+            .as_ref()
+            .and_then(|t| t.acked.borrow().as_ref().map(Grant::order))
+            .unwrap_or_default();
+        self.term_start.max(toggled)
+    }
+
+    /// The newest verified ack of this incarnation, from the ack file or a toggle answer: what
+    /// the consumer last reported (mode, order, failed leader starts).
+    pub fn consumer_report(&self) -> Option<Grant> {
+        let from_file = read_verified_ack(&grant::ack_path(&self.flag_file), &self.key);
+        let from_toggle = self.toggle.as_ref().and_then(|t| t.acked.borrow().clone());
+        [from_file, from_toggle]
+            .into_iter()
+            .flatten()
+            .filter(|a| a.incarnation == self.incarnation())
+            .max_by_key(Grant::order)
+    }
+
     /// Waits until the consumer has acknowledged the demotion stamped `order` — by the toggle's
-    /// 2xx or by its ack file — or until `deadline` (the demotion time plus kill grace and margin).
+    /// 2xx or by its ack file, either carrying a MAC under our key — or until `deadline` (the
+    /// demotion time plus kill grace and margin).
     pub async fn wait_for_demotion_ack(&self, order: Order, deadline: BootInstant) -> AckSource {
         let ack_file = grant::ack_path(&self.flag_file);
         let mut acked = self.toggle.as_ref().map(|t| t.acked.clone());
         loop {
-            if acked
-                .as_ref()
-                .is_some_and(|rx| rx.borrow().is_some_and(|a| a >= order))
-            {
+            if acked.as_ref().is_some_and(|rx| {
+                rx.borrow()
+                    .as_ref()
+                    .is_some_and(|a| a.mode != Mode::Leader && a.order() >= order)
+            }) {
                 return AckSource::Toggle;
             }
-            if ack_file_confirms(&ack_file, order) {
+            if ack_file_confirms(&ack_file, &self.key, order, self.stopped_floor()) {
+                // The consumer has said so: pushing the demotion further would only fail (at
+                // pod shutdown nobody listens any more) and fill the log with retries.
+                if let Some(t) = &self.toggle {
+                    t.settled.send_replace(order);
+                }
                 return AckSource::AckFile;
             }
             if BootInstant::now() >= deadline {
@@ -144,119 +230,42 @@ impl Outputs {
     }
 }
 
-/// Whether the ack file shows the consumer obeyed `order` (or anything newer) as a non-leader,
-/// or that it has stopped altogether.
-fn ack_file_confirms(path: &Path, order: Order) -> bool {
+/// The ack file's object if it carries a MAC under `key`; anything else counts as no ack.
+fn read_verified_ack(path: &Path, key: &Key) -> Option<Grant> {
     match grant::read_file(path) {
-        Ok(Some(ack)) => {
-            ack.mode == Mode::Stopped || (ack.mode == Mode::Follower && ack.order() >= order)
-        }
-        _ => false,
+        Ok(Some(ack)) if key.verify_ack(&ack) => Some(ack),
+        _ => None,
     }
 }
 
-/// The background pusher: always pushes the newest object; an older one is never retried once
-/// a newer exists (the consumer would refuse it anyway).
-struct Toggle {
-    latest: watch::Sender<Option<Grant>>,
-    acked: watch::Receiver<Option<Order>>,
-}
-
-impl Toggle {
-    fn spawn(url: Uri, timeout: Duration) -> Self {
-        let (latest, rx) = watch::channel(None);
-        let (ack_tx, acked) = watch::channel(None);
-        tokio::spawn(push_loop(url, timeout, rx, ack_tx));
-        Toggle { latest, acked }
-    }
-}
-
-async fn push_loop(
-    url: Uri,
-    timeout: Duration,
-    mut latest: watch::Receiver<Option<Grant>>,
-    acked: watch::Sender<Option<Order>>,
-) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut backoff = Duration::from_millis(25);
-    let mut failures = 0u32;
-    loop {
-        let Some(grant) = latest.borrow_and_update().clone() else {
-            if latest.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        // A leader grant that has lapsed is moot: the consumer has demoted itself already.
-        if grant.mode == Mode::Leader && BootInstant::now() >= grant.expiry() {
-            if latest.changed().await.is_err() {
-                return;
-            }
-            continue;
-        }
-        let result = tokio::select! {
-            r = post(&client, &url, &grant, timeout) => r,
-            changed = latest.changed() => {
-                if changed.is_err() { return; }
-                continue;
-            }
-        };
-        match result {
-            Ok(()) => {
-                if failures > 0 {
-                    tracing::info!(after_failures = failures, "toggle push delivered again");
-                }
-                failures = 0;
-                backoff = Duration::from_millis(25);
-                acked.send_replace(Some(grant.order()));
-                if latest.changed().await.is_err() {
-                    return;
-                }
-            }
-            Err(why) => {
-                failures += 1;
-                // Log the first failure and then every 50th, so a dead consumer cannot flood logs.
-                if failures == 1 || failures.is_multiple_of(50) {
-                    tracing::warn!(url = %url, mode = %grant.mode, seq = grant.seq, failures, error = %why, "toggle push failed; retrying");
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    changed = latest.changed() => if changed.is_err() { return; },
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-async fn post(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    url: &Uri,
-    grant: &Grant,
-    timeout: Duration,
-) -> Result<(), String> {
-    let request = hyper::Request::post(url.clone())
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(grant.to_json())))
-        .map_err(|e| e.to_string())?;
-    let response = tokio::time::timeout(timeout, client.request(request))
-        .await
-        .map_err(|_| format!("no answer within {timeout:?}"))?
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    // Drain the body so the connection can be reused.
-    let _ = tokio::time::timeout(timeout, response.into_body().collect()).await;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("answered {status}"))
+/// Whether the ack file shows the consumer obeyed `order` (or anything newer) as a non-leader,
+/// or that it has stopped after obeying at least `stopped_floor`; only with a verified MAC.
+fn ack_file_confirms(path: &Path, key: &Key, order: Order, stopped_floor: Order) -> bool {
+    match read_verified_ack(path, key) {
+        Some(ack) => match ack.mode {
+            Mode::Stopped => ack.order() >= stopped_floor,
+            Mode::Follower => ack.order() >= order,
+            Mode::Leader => false,
+        },
+        None => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outputs(flag_file: PathBuf) -> Outputs {
+        Outputs::new(
+            flag_file,
+            "ns/l".into(),
+            None,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            Duration::from_secs(3),
+        )
+        .unwrap()
+    }
 
     /// The hand-over's fallback wait counts from the leader grant a consumer may still read:
     /// it stays "on disk" until a follower object is really written.
@@ -265,12 +274,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let volume = dir.path().join("volume");
         std::fs::create_dir(&volume).unwrap();
-        let mut out = Outputs::new(
-            volume.join("grant.json"),
-            "ns/l".into(),
-            None,
-            Duration::from_secs(1),
-        );
+        let mut out = outputs(volume.join("grant.json"));
         assert_eq!(out.leader_grant_on_disk(), None);
         out.leader("me", 1, BootInstant::from_nanos(100)).unwrap();
         assert_eq!(
@@ -299,15 +303,52 @@ mod tests {
         assert_eq!(out.leader_grant_on_disk(), None);
     }
 
+    /// The token is on disk (0600) before the first object, and every object carries R, K and
+    /// a MAC that verifies under the token's key for the token's incarnation.
     #[test]
-    fn ack_file_confirms_only_a_demotion_at_least_as_new() {
+    fn the_token_comes_first_and_every_object_is_signed_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("grant.json");
+        let mut out = outputs(flag.clone());
+        let token_path = auth::token_path(&flag);
+        assert!(!token_path.exists(), "nothing published yet");
+        out.follower("", 0).1.unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let token = auth::read_token(&token_path, &[me]).unwrap().unwrap();
+        assert_eq!(token.incarnation, out.incarnation());
+        let g = grant::read_file(&flag).unwrap().unwrap();
+        assert!(token.key.verify_grant(&g));
+        assert_eq!(g.incarnation, token.incarnation);
+        assert_eq!(
+            (g.renew_deadline_ns, g.kill_grace_ns),
+            (10_000_000_000, 3_000_000_000)
+        );
+        out.leader("me", 2, BootInstant::from_nanos(100)).unwrap();
+        let g = grant::read_file(&flag).unwrap().unwrap();
+        assert_eq!(g.mode, Mode::Leader);
+        assert!(token.key.verify_grant(&g));
+    }
+
+    /// Before the MAC, any process that could write the shared volume could put `stopped` in
+    /// the ack file and have the elector release the Lease while the app still ran.
+    #[test]
+    fn ack_file_confirms_only_a_verified_demotion_at_least_as_new() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("grant.json.ack");
+        let key = Key::generate().unwrap();
         let order = Order {
             incarnation: 5,
             seq: 10,
         };
-        assert!(!ack_file_confirms(&path, order));
+        let floor = Order {
+            incarnation: 5,
+            seq: 4,
+        };
+        let signed = |mut a: Grant| {
+            key.sign_ack(&mut a);
+            a
+        };
+        assert!(!ack_file_confirms(&path, &key, order, floor));
         let older = Grant::follower(
             "",
             0,
@@ -317,8 +358,8 @@ mod tests {
             },
             "ns/l",
         );
-        grant::write_file(&path, &older).unwrap();
-        assert!(!ack_file_confirms(&path, order));
+        grant::write_file(&path, &signed(older.clone())).unwrap();
+        assert!(!ack_file_confirms(&path, &key, order, floor));
         let leader = Grant::leader(
             "",
             0,
@@ -329,14 +370,49 @@ mod tests {
             "ns/l",
             BootInstant::from_nanos(1),
         );
-        grant::write_file(&path, &leader).unwrap();
-        assert!(!ack_file_confirms(&path, order));
+        grant::write_file(&path, &signed(leader)).unwrap();
+        assert!(!ack_file_confirms(&path, &key, order, floor));
         let same = Grant::follower("", 0, order, "ns/l");
         grant::write_file(&path, &same).unwrap();
-        assert!(ack_file_confirms(&path, order));
+        assert!(
+            !ack_file_confirms(&path, &key, order, floor),
+            "an ack without a MAC counted"
+        );
+        grant::write_file(&path, &signed(same.clone())).unwrap();
+        assert!(ack_file_confirms(&path, &key, order, floor));
+        let mut wrong_key = same;
+        Key::generate().unwrap().sign_ack(&mut wrong_key);
+        grant::write_file(&path, &wrong_key).unwrap();
+        assert!(!ack_file_confirms(&path, &key, order, floor));
+
         let mut stopped = older;
         stopped.mode = Mode::Stopped;
         grant::write_file(&path, &stopped).unwrap();
-        assert!(ack_file_confirms(&path, order));
+        assert!(
+            !ack_file_confirms(&path, &key, order, floor),
+            "a forged stopped counted"
+        );
+        grant::write_file(&path, &signed(stopped.clone())).unwrap();
+        assert!(ack_file_confirms(&path, &key, order, floor));
+        // A `stopped` from before the term began (a previous container's) says nothing now.
+        stopped.seq = 3;
+        grant::write_file(&path, &signed(stopped)).unwrap();
+        assert!(!ack_file_confirms(&path, &key, order, floor));
+    }
+
+    /// The elector runs on one thread too: a FIFO at the ack file's path used to block its
+    /// hand-over wait (and every renewal) on the open.
+    #[test]
+    fn a_fifo_as_the_ack_file_is_no_ack_and_no_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grant.json.ack");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let key = Key::generate().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let order = Order::default();
+            let _ = tx.send(ack_file_confirms(&path, &key, order, order));
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(false));
     }
 }

@@ -18,6 +18,7 @@
 mod handover;
 mod lease_calls;
 mod publish;
+mod step_down;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -117,12 +118,20 @@ pub async fn start(config: ElectConfig) -> ExitCode {
     );
     // A demotion push is answered once the consumer has stopped, which may take kill grace.
     let push_timeout = config.timing.kill_grace + Duration::from_secs(2);
-    let outputs = Outputs::new(
+    let outputs = match Outputs::new(
         config.flag_file.clone(),
         api.reference(),
         config.toggle_url.clone(),
         push_timeout,
-    );
+        config.timing.renew_deadline,
+        config.timing.kill_grace,
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("passmower-elector elect: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let events = config
         .events
         .then(|| EventRecorder::new(client, &config.namespace, &config.lease_name, &holder));
@@ -153,6 +162,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         history_breaks_logged: 0,
         outputs_healthy: true,
         release_pending: false,
+        step_down: step_down::StepDown::new(config.max_leader_failures),
     };
     elector.run(signals).await
 }
@@ -183,6 +193,8 @@ struct Elector {
     outputs_healthy: bool,
     /// Set when we demoted ourselves while still named in the Lease (fail closed): hand it over.
     release_pending: bool,
+    /// Stepping down for an app that cannot run as leader, and sitting out afterwards.
+    step_down: step_down::StepDown,
 }
 
 impl Elector {
@@ -202,6 +214,7 @@ impl Elector {
                 self.release_pending = false;
                 self.hand_over(None).await;
             }
+            self.step_down_if_app_failing(now).await;
             if std::mem::take(&mut self.restart_watch) {
                 // Dropping the old handle stops its task, stuck as it may be.
                 watch = self.api.spawn_watch(timing.retry_period);
@@ -232,7 +245,10 @@ impl Elector {
             return self.next_attempt.min(heartbeat);
         }
         let wake = match self.candidate.free_at() {
-            Some(free) if self.outputs_healthy => free.max(self.next_attempt).min(heartbeat),
+            Some(free) if self.outputs_healthy => free
+                .max(self.next_attempt)
+                .max(self.step_down.sit_out_end())
+                .min(heartbeat),
             _ => heartbeat,
         };
         self.recheck_at().map_or(wake, |at| wake.min(at))
@@ -357,7 +373,7 @@ impl Elector {
         }
         if self.candidate.is_leader() {
             self.renew().await;
-        } else if self.candidate.may_acquire(now) {
+        } else if self.candidate.may_acquire(now) && !self.step_down.sitting_out(now) {
             self.acquire().await;
         }
     }

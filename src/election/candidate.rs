@@ -36,6 +36,8 @@ pub enum StopReason {
     Shutdown,
     /// The flag file could not be written, so this pod must not be granted (fail closed).
     OutputFailed,
+    /// The app failed to start as leader this many times in a row: let another pod try.
+    AppFailing { failures: u64 },
 }
 
 impl std::fmt::Display for StopReason {
@@ -52,6 +54,10 @@ impl std::fmt::Display for StopReason {
             StopReason::OutputFailed => {
                 f.write_str("the flag file cannot be written: failing closed")
             }
+            StopReason::AppFailing { failures } => write!(
+                f,
+                "the app exited on its own {failures} times in a row as leader: stepping down"
+            ),
         }
     }
 }

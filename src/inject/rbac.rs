@@ -15,7 +15,14 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
 use super::workload::{to_value, WorkloadInfo};
-use super::{InjectOptions, GENERATED_FOR_ANNOTATION};
+use super::{GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
+
+/// An object `inject` adds, with what the operator should know about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    pub value: Value,
+    pub notes: Vec<String>,
+}
 
 /// Identifies an object in a stream: kind, namespace (as written) and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -151,12 +158,7 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
 }
 
 /// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
-pub fn companions(
-    info: &WorkloadInfo,
-    _opts: &InjectOptions,
-    with_pdb: bool,
-    warnings: &mut Vec<String>,
-) -> Vec<Value> {
+pub fn companions(info: &WorkloadInfo, with_pdb: bool) -> Vec<Generated> {
     let role_name = format!("{}-elector", info.name);
     let role = Role {
         metadata: metadata(info, role_name.clone()),
@@ -178,32 +180,47 @@ pub fn companions(
             ..Default::default()
         }]),
     };
-    let mut out = vec![to_value(&role), to_value(&binding)];
+    let plain = |value| Generated {
+        value,
+        notes: Vec::new(),
+    };
+    let mut out = vec![plain(to_value(&role)), plain(to_value(&binding))];
     if with_pdb {
-        out.push(pdb(info, warnings));
+        out.push(pdb(info));
     }
     out
 }
 
-fn pdb(info: &WorkloadInfo, warnings: &mut Vec<String>) -> Value {
-    let replicas = info.replicas.unwrap_or(1);
-    let (min_available, max_unavailable) = if replicas > 1 {
-        (None, Some(IntOrString::Int(1)))
-    } else {
-        warnings.push(format!(
-            "{}/{} runs {} replica: its PodDisruptionBudget (minAvailable 1) makes node drains \
-             wait until a second replica runs; set replicas >= 2",
+/// The budget: at most one of the workload's pods evicted at a time. It never blocks a drain
+/// (a `minAvailable: 1` budget over one replica does, forever), and with two or more replicas
+/// it keeps one serving and able to take over the Lease while another moves.
+fn pdb(info: &WorkloadInfo) -> Generated {
+    let mut notes = Vec::new();
+    match info.replicas {
+        Some(n) if n >= 2 => {}
+        // Unset: Kubernetes runs one, unless an autoscaler owns the count.
+        replicas => notes.push(format!(
+            "{}/{} {}: a node drain evicts its only pod and Passmower serves nothing until it \
+             is rescheduled (this budget allows one eviction so drains never block); set \
+             replicas to 2 or more to keep one serving",
             info.kind.as_str(),
             info.name,
-            replicas
-        ));
-        (Some(IntOrString::Int(1)), None)
-    };
+            match replicas {
+                Some(n) => format!("runs {n} replica"),
+                None => "sets no replicas (Kubernetes runs 1)".to_owned(),
+            }
+        )),
+    }
+    let mut meta = metadata(info, info.name.clone());
+    if !notes.is_empty() {
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.insert(WARNINGS_ANNOTATION.to_owned(), notes.join("\n"));
+        }
+    }
     let pdb = PodDisruptionBudget {
-        metadata: metadata(info, info.name.clone()),
+        metadata: meta,
         spec: Some(PodDisruptionBudgetSpec {
-            min_available,
-            max_unavailable,
+            max_unavailable: Some(IntOrString::Int(1)),
             // A pod that is not Ready serves nobody; evicting it must not wait on the budget.
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
             ..Default::default()
@@ -214,18 +231,28 @@ fn pdb(info: &WorkloadInfo, warnings: &mut Vec<String>) -> Value {
     if let Some(spec) = value.get_mut("spec").and_then(Value::as_mapping_mut) {
         spec.insert("selector".into(), info.selector.clone());
     }
-    value
+    Generated { value, notes }
 }
 
-/// Name of the admission policy (and binding) that forbids creating `idle`.
-pub fn deny_policy_name(idle: &str) -> String {
-    format!("passmower-elector-deny-{idle}")
+/// Name of the admission policy (and binding) that `inject` adds for `workload`: cluster-wide
+/// objects, so named per install (`passmower-elector-inject.NAMESPACE.WORKLOAD`) that two
+/// installs, or this and the chart's (`passmower-elector-chart.…`), never claim one name.
+pub fn deny_policy_name(namespace: Option<&str>, workload: &str) -> String {
+    let name = match namespace {
+        Some(ns) => format!("passmower-elector-inject.{ns}.{workload}"),
+        None => format!("passmower-elector-inject.{workload}"),
+    };
+    let mut name: String = name.chars().take(253).collect();
+    while name.ends_with(['.', '-']) {
+        name.pop();
+    }
+    name
 }
 
 /// A ValidatingAdmissionPolicy and its binding that refuse to create (or adopt by update)
 /// the idle namespace, so nothing can ever be put where followers would reconcile it.
-pub fn deny_idle_namespace(idle: &str) -> Vec<Value> {
-    let name = deny_policy_name(idle);
+pub fn deny_idle_namespace(idle: &str, namespace: Option<&str>, workload: &str) -> Vec<Value> {
+    let name = deny_policy_name(namespace, workload);
     let meta = || ObjectMeta {
         name: Some(name.clone()),
         labels: Some(
@@ -343,7 +370,10 @@ mod tests {
 
     #[test]
     fn role_limits_lease_access_to_its_name() {
-        let objects = companions(&info(Some(3)), &InjectOptions::default(), true, &mut vec![]);
+        let objects: Vec<Value> = companions(&info(Some(3)), true)
+            .into_iter()
+            .map(|g| g.value)
+            .collect();
         let rules = objects[0]["rules"].as_sequence().unwrap();
         assert_eq!(rules[0]["resourceNames"][0].as_str(), Some("passmower"));
         let verbs: Vec<_> = rules[0]["verbs"]
@@ -365,40 +395,46 @@ mod tests {
     }
 
     #[test]
-    fn pdb_keeps_one_replica_serving() {
-        let mut warnings = vec![];
-        let many = companions(
-            &info(Some(3)),
-            &InjectOptions::default(),
-            true,
-            &mut warnings,
-        );
-        assert_eq!(many[2]["spec"]["maxUnavailable"].as_u64(), Some(1));
-        assert!(warnings.is_empty());
-        let one = companions(&info(None), &InjectOptions::default(), true, &mut warnings);
-        assert_eq!(one[2]["spec"]["minAvailable"].as_u64(), Some(1));
-        assert_eq!(
-            one[2]["spec"]["selector"]["matchLabels"]["app"].as_str(),
-            Some("passmower")
-        );
-        assert_eq!(warnings.len(), 1);
-        let none = companions(
-            &info(Some(3)),
-            &InjectOptions::default(),
-            false,
-            &mut warnings,
-        );
-        assert_eq!(none.len(), 2);
+    fn the_budget_never_blocks_a_drain_and_warns_about_one_replica() {
+        for replicas in [None, Some(1), Some(2), Some(3)] {
+            let objects = companions(&info(replicas), true);
+            let pdb = &objects[2];
+            assert_eq!(pdb.value["spec"]["maxUnavailable"].as_u64(), Some(1));
+            assert!(pdb.value["spec"].get("minAvailable").is_none());
+            assert_eq!(
+                pdb.value["spec"]["selector"]["matchLabels"]["app"].as_str(),
+                Some("passmower")
+            );
+            let warned = pdb.value["metadata"]["annotations"]
+                .get(WARNINGS_ANNOTATION)
+                .and_then(Value::as_str);
+            if replicas.unwrap_or(1) < 2 {
+                assert_eq!(pdb.notes.len(), 1, "{replicas:?}");
+                assert_eq!(warned, Some(pdb.notes[0].as_str()));
+                assert!(pdb.notes[0].contains("2 or more"), "{}", pdb.notes[0]);
+            } else {
+                assert!(pdb.notes.is_empty() && warned.is_none(), "{replicas:?}");
+            }
+        }
+        assert_eq!(companions(&info(Some(3)), false).len(), 2);
     }
 
     #[test]
     fn deny_policy_names_the_idle_namespace() {
-        let objects = deny_idle_namespace("idle-x");
+        let objects = deny_idle_namespace("idle-x", Some("auth"), "passmower");
         let expression = objects[0]["spec"]["validations"][0]["expression"].as_str();
         assert_eq!(expression, Some("object.metadata.name != 'idle-x'"));
         assert_eq!(
             objects[1]["spec"]["policyName"].as_str(),
-            Some("passmower-elector-deny-idle-x")
+            Some("passmower-elector-inject.auth.passmower")
+        );
+        assert_eq!(
+            deny_policy_name(None, "passmower"),
+            "passmower-elector-inject.passmower"
+        );
+        assert_ne!(
+            deny_policy_name(Some("a"), "passmower"),
+            deny_policy_name(Some("b"), "passmower")
         );
     }
 

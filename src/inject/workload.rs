@@ -15,10 +15,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
-use super::yaml::Document;
+use super::identity::AppIdentity;
 use super::{
     InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
-    PASSMOWER_APP_COMMAND, VERSION,
+    PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
 };
 
 /// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
@@ -41,7 +41,7 @@ const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
 /// Time beyond the kill grace for the elector to write the demotion and release the Lease.
 const RELEASE_ALLOWANCE_SECONDS: u64 = 5;
 /// The UID/GID of the sidecar image's user (distroless "nonroot").
-const SIDECAR_UID: i64 = 65532;
+pub(crate) const SIDECAR_UID: i64 = 65532;
 
 /// Workload kinds `inject` knows how to rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -81,8 +81,9 @@ pub struct Target {
     lease_annotation: Option<String>,
     service_account: String,
     selector: Value,
-    replicas: Option<u64>,
+    pub replicas: Option<u64>,
     labels: Mapping,
+    pod_labels: Mapping,
 }
 
 /// What the companion objects (RBAC, PDB) need to know about an injected workload.
@@ -100,19 +101,22 @@ pub struct WorkloadInfo {
     pub lease: String,
 }
 
-fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
     at(value, path)?.as_str()
 }
 
-fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(value, |v, key| v.get(key))
 }
 
 impl Target {
     /// Returns the target in `doc`, if it is one. Structural problems are errors only once the
     /// document is clearly aimed at (right kind, target container present).
-    pub fn find(doc: &Document, opts: &InjectOptions) -> Result<Option<Target>, InjectError> {
-        let value = &doc.value;
+    pub fn find(
+        value: &Value,
+        document: usize,
+        opts: &InjectOptions,
+    ) -> Result<Option<Target>, InjectError> {
         let Some(kind) = str_at(value, &["kind"]).and_then(WorkloadKind::parse) else {
             return Ok(None);
         };
@@ -131,7 +135,7 @@ impl Target {
             return Ok(None);
         }
         let fail = |workload: String, reason: &str| InjectError::Manifest {
-            document: doc.number,
+            document,
             workload,
             reason: reason.to_owned(),
         };
@@ -151,7 +155,7 @@ impl Target {
                 .map(str::to_owned)
         };
         Ok(Some(Target {
-            document: doc.number,
+            document,
             kind,
             name,
             namespace,
@@ -168,7 +172,16 @@ impl Target {
                 .and_then(Value::as_mapping)
                 .cloned()
                 .unwrap_or_default(),
+            pod_labels: at(value, &["spec", "template", "metadata", "labels"])
+                .and_then(Value::as_mapping)
+                .cloned()
+                .unwrap_or_default(),
         }))
+    }
+
+    /// The namespace and labels of the workload's pods (what a PodMonitor selects).
+    pub fn pod_labels(&self) -> (Option<String>, Mapping) {
+        (self.namespace.clone(), self.pod_labels.clone())
     }
 
     /// `Kind/name`, for messages.
@@ -239,6 +252,21 @@ pub fn rewrite(
         }
     }
 
+    let identity = super::identity::app_identity(pod, &opts.container);
+    if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
+        if explicit.run_as_user != Some(app.uid) {
+            warnings.push(format!(
+                "{}: container {:?} runs as UID {} but --sidecar-security-context sets runAsUser \
+                 {:?}: the app and the elector read each other's 0600 files, so they must run \
+                 as the same user",
+                target.describe(),
+                opts.container,
+                app.uid,
+                explicit.run_as_user
+            ));
+        }
+    }
+
     // The main container: supervise becomes its entrypoint.
     let containers = pod
         .get_mut("containers")
@@ -253,8 +281,8 @@ pub fn rewrite(
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
-    let elector = to_value(&elector_container(&info, opts));
-    let install = to_value(&install_container(opts));
+    let elector = to_value(&elector_container(&info, opts, identity));
+    let install = to_value(&install_container(opts, identity));
     append(pod, "initContainers", install)
         .map_err(|()| target.error("spec.template.spec.initContainers is not a list"))?;
     let sidecar_list = if opts.classic_sidecar {
@@ -282,31 +310,16 @@ pub fn rewrite(
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
     if target.kind == WorkloadKind::Deployment {
-        // Surge before removing: a new pod is up (as follower) before an old one goes, so a
-        // serving replica always exists and the leader hands over instead of vanishing.
-        let strategy: Value = serde_norway::from_str(
-            "type: RollingUpdate\nrollingUpdate:\n  maxSurge: 1\n  maxUnavailable: 0\n",
-        )
-        .unwrap_or_default();
-        if spec
-            .get("strategy")
-            .and_then(|s| s.get("type"))
-            .and_then(Value::as_str)
-            == Some("Recreate")
-        {
-            warnings.push(format!(
-                "{}: strategy Recreate replaced by RollingUpdate (maxSurge 1, maxUnavailable 0); \
-                 the elector makes overlapping pods safe",
-                target.describe()
-            ));
-        }
-        spec.insert("strategy".into(), strategy);
+        super::strategy::rollout_strategy(spec, target, opts, warnings);
     }
 
     let annotations = child_mapping(root, &["metadata", "annotations"])
         .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
     annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
     annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    if !warnings.is_empty() {
+        annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
+    }
     Ok(info)
 }
 
@@ -453,7 +466,8 @@ fn leader_selector(
         if let Some(m) = renamed.as_mapping_mut() {
             m.insert("name".into(), LEADER_SELECTOR_VAR.into());
         }
-        env.insert(position.min(env.len()), renamed);
+        // Last, where a kustomize patch (which appends new list items) puts it too.
+        env.push(renamed);
         return Ok(format!("$({LEADER_SELECTOR_VAR})"));
     }
     Ok(last
@@ -487,7 +501,11 @@ fn default_selector(
     "*".to_owned()
 }
 
-fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
+fn elector_container(
+    info: &WorkloadInfo,
+    opts: &InjectOptions,
+    identity: Option<AppIdentity>,
+) -> Container {
     let field_env = |name: &str, path: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -545,7 +563,7 @@ fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
                 .clone()
                 .unwrap_or_else(|| resources("32Mi", "128Mi")),
         ),
-        security_context: Some(security_context(opts)),
+        security_context: Some(security_context(opts, identity)),
         volume_mounts: Some(vec![VolumeMount {
             name: FLAG_VOLUME.into(),
             mount_path: FLAG_DIR.into(),
@@ -558,7 +576,7 @@ fn elector_container(info: &WorkloadInfo, opts: &InjectOptions) -> Container {
     }
 }
 
-fn install_container(opts: &InjectOptions) -> Container {
+fn install_container(opts: &InjectOptions, identity: Option<AppIdentity>) -> Container {
     Container {
         name: INSTALL_CONTAINER.into(),
         image: Some(opts.image.clone()),
@@ -568,7 +586,7 @@ fn install_container(opts: &InjectOptions) -> Container {
             format!("{BIN_DIR}/passmower-elector"),
         ]),
         resources: Some(resources("16Mi", "64Mi")),
-        security_context: Some(security_context(opts)),
+        security_context: Some(security_context(opts, identity)),
         volume_mounts: Some(vec![VolumeMount {
             name: BIN_VOLUME.into(),
             mount_path: BIN_DIR.into(),
@@ -606,18 +624,22 @@ fn resources(memory_request: &str, memory_limit: &str) -> ResourceRequirements {
     }
 }
 
-fn security_context(opts: &InjectOptions) -> SecurityContext {
+fn security_context(opts: &InjectOptions, identity: Option<AppIdentity>) -> SecurityContext {
     opts.sidecar_security_context
         .clone()
-        .unwrap_or_else(restricted_security_context)
+        .unwrap_or_else(|| restricted_security_context(identity))
 }
 
-/// The Pod Security Standards "restricted" profile.
-fn restricted_security_context() -> SecurityContext {
+/// The Pod Security Standards "restricted" profile, as the app's user when it is not root.
+fn restricted_security_context(identity: Option<AppIdentity>) -> SecurityContext {
+    let (uid, gid) = match identity {
+        Some(app) => (app.uid, app.gid.unwrap_or(app.uid)),
+        None => (SIDECAR_UID, SIDECAR_UID),
+    };
     SecurityContext {
         run_as_non_root: Some(true),
-        run_as_user: Some(SIDECAR_UID),
-        run_as_group: Some(SIDECAR_UID),
+        run_as_user: Some(uid),
+        run_as_group: Some(gid),
         read_only_root_filesystem: Some(true),
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -677,17 +699,24 @@ fn append(map: &mut Mapping, key: &str, item: Value) -> Result<(), ()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    pub(crate) use super::SIDECAR_UID;
     use super::*;
     use crate::inject::yaml::parse_stream;
 
-    fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
+    pub(crate) fn opts() -> InjectOptions {
+        InjectOptions::new("registry.example.com/passmower-elector:test")
+    }
+
+    pub(crate) fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
         let docs = parse_stream(text).unwrap();
-        let target = Target::find(&docs[0], opts).unwrap().expect("a target");
+        let target = Target::find(&docs[0].value, 1, opts)
+            .unwrap()
+            .expect("a target");
         (docs[0].value.clone(), target)
     }
 
-    const DEPLOYMENT: &str = "apiVersion: apps/v1
+    pub(crate) const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: pm
@@ -701,7 +730,7 @@ spec:
         image: passmower:2.2.0
 ";
 
-    fn rewritten(text: &str, opts: &InjectOptions) -> (Value, Vec<String>) {
+    pub(crate) fn rewritten(text: &str, opts: &InjectOptions) -> (Value, Vec<String>) {
         let (mut value, target) = target_of(text, opts);
         let mut warnings = Vec::new();
         rewrite(&mut value, &target, opts, &mut warnings).unwrap();
@@ -733,24 +762,20 @@ spec:
     #[test]
     fn other_kinds_and_containers_are_not_targets() {
         let docs = parse_stream(&DEPLOYMENT.replace("name: passmower", "name: other")).unwrap();
-        assert!(Target::find(&docs[0], &InjectOptions::default())
-            .unwrap()
-            .is_none());
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
         let sts = DEPLOYMENT.replace("kind: Deployment", "kind: StatefulSet");
         let docs = parse_stream(&sts).unwrap();
-        assert!(Target::find(&docs[0], &InjectOptions::default())
-            .unwrap()
-            .is_none());
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
         let opts = InjectOptions {
             kinds: vec![WorkloadKind::StatefulSet],
-            ..Default::default()
+            ..opts()
         };
-        assert!(Target::find(&docs[0], &opts).unwrap().is_some());
+        assert!(Target::find(&docs[0].value, 1, &opts).unwrap().is_some());
     }
 
     #[test]
     fn container_without_command_gets_passmowers_default() {
-        let (value, _) = rewritten(DEPLOYMENT, &InjectOptions::default());
+        let (value, _) = rewritten(DEPLOYMENT, &opts());
         let args = main_args(&value);
         let dashdash = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(args[dashdash + 1..], PASSMOWER_APP_COMMAND[..]);
@@ -762,7 +787,7 @@ spec:
         let text = DEPLOYMENT.replace("name: passmower", "name: app");
         let opts = InjectOptions {
             container: "app".into(),
-            ..Default::default()
+            ..opts()
         };
         let (mut value, target) = target_of(&text, &opts);
         let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
@@ -778,7 +803,7 @@ spec:
             configMapKeyRef: {{name: c, key: k}}
 "
         );
-        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let (value, _) = rewritten(&text, &opts());
         let args = main_args(&value);
         assert!(args.contains(&format!(
             "--leader-env=NAMESPACE_SELECTOR=$({LEADER_SELECTOR_VAR})"
@@ -800,7 +825,7 @@ spec:
             secretKeyRef: {{name: c, key: k, optional: true}}
 "
         );
-        let opts = InjectOptions::default();
+        let opts = opts();
         let (mut value, target) = target_of(&text, &opts);
         let err = rewrite(&mut value, &target, &opts, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().contains("--namespace-selector"), "{err}");
@@ -812,7 +837,7 @@ spec:
             "      containers:",
             "      terminationGracePeriodSeconds: 60\n      containers:",
         );
-        let (value, _) = rewritten(&text, &InjectOptions::default());
+        let (value, _) = rewritten(&text, &opts());
         let grace = at(
             &value,
             &["spec", "template", "spec", "terminationGracePeriodSeconds"],
@@ -825,7 +850,7 @@ spec:
     fn classic_sidecar_is_a_plain_container() {
         let opts = InjectOptions {
             classic_sidecar: true,
-            ..Default::default()
+            ..opts()
         };
         let (value, _) = rewritten(DEPLOYMENT, &opts);
         let pod = at(&value, &["spec", "template", "spec"]).unwrap();

@@ -10,6 +10,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use crate::atomic_file;
 use crate::grant::Grant;
 
 /// What the flag file says at one reading.
@@ -29,10 +30,13 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// Reads the flag file without ever blocking: a FIFO, a symlink or an oversized file put
+    /// there is an invalid reading (follower), not a wait that would freeze the runtime and with
+    /// it the dead man's switch.
     pub fn take(path: &Path) -> Self {
-        let raw = match std::fs::read(path) {
-            Ok(bytes) => Some(Ok(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        let raw = match atomic_file::read_capped(path, atomic_file::MAX_READ) {
+            Ok(Some(bytes)) => Some(Ok(bytes)),
+            Ok(None) => None,
             Err(e) => Some(Err(format!("cannot read {}: {e}", path.display()))),
         };
         Reading { raw }

@@ -26,12 +26,20 @@
 //!   started with.
 //! - The child runs in its own process group, so it is not the terminal's foreground group; this
 //!   is meant for containers, where there is no terminal.
+//! - Only objects tied to the elector are obeyed: a MAC under the key of the elector's token file
+//!   (`<flag-file>.token`, owned by this UID or `--elector-uid`, mode 0600) for the incarnation
+//!   it names, a leader expiry within the renew deadline the grant announces. Without a readable
+//!   token the app runs only as follower. The kill grace in force is never longer than the K the
+//!   elector announces.
+//! - Every key of `--leader-env` must be given a follower value too, or the follower would run
+//!   with whatever the container sets for it (see [`check_mode_pairs`]).
 
 mod child;
 mod follow;
 pub mod mode;
 mod supervisor;
 mod toggle;
+mod trust;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -52,10 +60,11 @@ Modes: the app is started with the supervisor's environment plus --follower-env 
 --leader-env / --leader-args. A renewal (same mode, newer seq) only moves the expiry; it never \
 restarts the app. When the leader grant expires without renewal the app is demoted at once.\n\n\
 Pushes: POST the grant object to http://LISTEN/ ; 200 means it has fully taken effect (for a \
-demotion: the old process group is gone), 409 means it was older than the last object obeyed, \
-400 means it is not a grant object or names an elector incarnation later than the boot clock \
-(such an object in the flag file is ignored). \
-GET /mode reports the current state as JSON.\n\n\
+demotion: the old process group is gone) and carries the signed ack, 409 means it was older than \
+the last object obeyed, 401 that its mac does not verify under the elector's token, 403 that it \
+names another incarnation than the token, 400 that it is not a grant object or not one an \
+elector can mean (such objects in the flag file are never obeyed, and demote until the elector \
+writes again). GET /mode reports the current state as JSON.\n\n\
 Example (retrofit Passmower): supervise --leader-env NAMESPACE_SELECTOR=passmower \
 --follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/index.js")]
 pub struct SuperviseArgs {
@@ -79,7 +88,8 @@ pub struct SuperviseArgs {
     pub listen: String,
 
     /// Environment variable set for the app in leader mode; repeatable. In ELECTOR_LEADER_ENV,
-    /// separate several pairs with newlines.
+    /// separate several pairs with newlines. Every KEY needs a --follower-env KEY=… as well
+    /// (an empty value is fine), or the follower would inherit the container's own KEY.
     #[arg(long, env = "ELECTOR_LEADER_ENV", value_name = "KEY=VALUE",
         value_parser = parse_key_value, value_delimiter = '\n')]
     pub leader_env: Vec<(String, String)>,
@@ -90,7 +100,9 @@ pub struct SuperviseArgs {
         value_parser = parse_key_value, value_delimiter = '\n')]
     pub follower_env: Vec<(String, String)>,
 
-    /// Argument appended to the command in leader mode; repeatable (one argument each).
+    /// Argument appended to the command in leader mode; repeatable (one argument each). Needs
+    /// --follower-args too, and an option given as NAME=VALUE (e.g. --selector=x) needs a
+    /// follower argument NAME=… (or NAME), or the follower would run with the app's default.
     #[arg(
         long,
         env = "ELECTOR_LEADER_ARGS",
@@ -113,8 +125,9 @@ pub struct SuperviseArgs {
     /// Time the app's process group gets between SIGTERM and SIGKILL, on a mode change and at
     /// shutdown; a leader whose grant lapsed is killed no later than this after the expiry. With
     /// --on-change=signal:, the time the app has to stop operator work after a demotion signal.
-    /// Must not exceed the elector's --kill-grace (`inject` sets both to the same value): the
-    /// elector counts on the app having stopped within its own.
+    /// Never longer than the elector's --kill-grace, which every grant announces: a longer value
+    /// is replaced by the elector's (logged as an error), since the elector counts on the app
+    /// having stopped within its own. `inject` sets both to the same value.
     #[arg(long, env = "ELECTOR_KILL_GRACE", value_name = "DURATION",
         default_value = "3s", value_parser = parse_positive_duration)]
     pub kill_grace: Duration,
@@ -148,10 +161,22 @@ pub struct SuperviseArgs {
         default_value = "10s", value_parser = parse_positive_duration)]
     pub restart_backoff_reset: Duration,
 
-    /// How often the flag file is re-read even without an inotify event.
+    /// How often the flag file is re-read even without an inotify event. At most 500ms: without
+    /// a toggle and without inotify a demotion is noticed up to this late, and the elector's
+    /// no-ack hand-over wait covers only half its 1s margin for that.
     #[arg(long, env = "ELECTOR_REREAD_INTERVAL", value_name = "DURATION",
-        default_value = "1s", value_parser = parse_positive_duration)]
+        default_value = "250ms", value_parser = parse_positive_duration)]
     pub reread_interval: Duration,
+
+    /// UID the elector container runs as: besides this process's own UID, the only owner the
+    /// token file (`<flag-file>.token`) may have. The image's default user is 65532.
+    #[arg(
+        long,
+        env = "ELECTOR_ELECTOR_UID",
+        value_name = "UID",
+        default_value = "65532"
+    )]
+    pub elector_uid: u32,
 
     /// Exit with the app's status when it exits on its own, instead of restarting it.
     #[arg(long, env = "ELECTOR_EXIT_WITH_CHILD")]
@@ -167,7 +192,70 @@ struct Prepared {
     settings: Settings,
     flag_file: PathBuf,
     reread: Duration,
+    elector_uid: u32,
     listener: TcpListener,
+}
+
+/// The longest `--reread-interval`: half the elector's minimum margin, the other half being left
+/// for scheduling. Without a toggle and without inotify a demotion is noticed up to one interval
+/// after it was written, and the elector releases without an ack K + margin after writing it.
+pub const MAX_REREAD: Duration = Duration::from_millis(500);
+
+/// The follower must never run with a leader setting it did not override: a `--leader-env` key
+/// without a `--follower-env` value is inherited from the container (where the real selector
+/// often is), and a `--leader-args` option without a follower counterpart falls back to the
+/// app's default. Required: a follower value for every leader-env key; `--follower-args` when
+/// `--leader-args` is given; a follower `NAME=…` (or `NAME`) for every leader `NAME=VALUE` option.
+pub fn check_mode_pairs(
+    leader_env: &[(String, String)],
+    follower_env: &[(String, String)],
+    leader_args: &[String],
+    follower_args: &[String],
+) -> Result<(), ConfigError> {
+    for (key, value) in leader_env {
+        if !follower_env.iter().any(|(k, _)| k == key) {
+            return Err(ConfigError::new(
+                "--leader-env",
+                format!("{key}={value}"),
+                format!(
+                    "{key} has no follower value, so the follower would inherit the container's \
+                     own {key}; add --follower-env {key}=<follower value> (an empty value is allowed)"
+                ),
+            ));
+        }
+    }
+    if let Some(first) = leader_args.first() {
+        if follower_args.is_empty() {
+            return Err(ConfigError::new(
+                "--leader-args",
+                first,
+                "given without --follower-args, so the follower would run with the app's \
+                 defaults for what the leader sets; add the follower's counterpart with \
+                 --follower-args",
+            ));
+        }
+    }
+    for arg in leader_args {
+        let Some((name, _)) = arg.split_once('=').filter(|(n, _)| n.starts_with('-')) else {
+            continue;
+        };
+        let countered = follower_args.iter().any(|f| {
+            f == name
+                || f.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('='))
+        });
+        if !countered {
+            return Err(ConfigError::new(
+                "--leader-args",
+                arg,
+                format!(
+                    "option {name} has no follower value, so the follower would run with the \
+                     app's default for it; add --follower-args {name}=<follower value>"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
@@ -193,6 +281,23 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
         ));
     }
     check_flag_file(&args.flag_file)?;
+    check_mode_pairs(
+        &args.leader_env,
+        &args.follower_env,
+        &args.leader_args,
+        &args.follower_args,
+    )?;
+    if args.reread_interval > MAX_REREAD {
+        return Err(ConfigError::new(
+            "--reread-interval",
+            crate::config::human(args.reread_interval),
+            format!(
+                "must be at most {}: without a toggle and without inotify a demotion is noticed \
+                 up to one interval late, and the elector's 1s safety margin must cover that",
+                crate::config::human(MAX_REREAD)
+            ),
+        ));
+    }
     if args.restart_backoff_max < args.restart_backoff_initial {
         return Err(ConfigError::new(
             "--restart-backoff-max",
@@ -235,6 +340,7 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
         },
         flag_file: args.flag_file,
         reread: args.reread_interval,
+        elector_uid: args.elector_uid,
         listener,
     })
 }
@@ -308,12 +414,70 @@ async fn run(p: Prepared) -> u8 {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "toggle listening");
     }
-    let initial = follow::Reading::take(&p.flag_file);
+    let mut trust = trust::Trust::new(&p.flag_file, p.elector_uid);
+    trust.reload();
     let (status_tx, status_rx) = watch::channel(toggle::Status::default());
     let (push_tx, push_rx) = mpsc::channel(16);
     let (obs_tx, obs_rx) = mpsc::unbounded_channel();
-    let supervisor = Supervisor::new(p.settings, initial.observation(), status_tx);
+    let mut supervisor = Supervisor::new(p.settings, trust, status_tx);
+    // The ack file before the flag file: the volume outlives a container restart, and a previous
+    // supervisor's `stopped` there would ack a demotion written after our first reading, while we
+    // started a leader from that reading.
+    supervisor.write_startup_ack();
+    let initial = follow::Reading::take(&p.flag_file);
+    supervisor.adopt(initial.observation());
     tokio::spawn(toggle::serve(listener, push_tx, status_rx));
     tokio::spawn(follow::follow(p.flag_file, p.reread, initial, obs_tx));
     supervisor.run(signals, obs_rx, push_rx).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn every_leader_env_key_needs_a_follower_value() {
+        let leader = env(&[("NAMESPACE_SELECTOR", "passmower"), ("X", "1")]);
+        let e = check_mode_pairs(&leader, &env(&[("X", "")]), &[], &[]).unwrap_err();
+        assert_eq!(e.flag, "--leader-env");
+        assert!(e.reason.contains("NAMESPACE_SELECTOR"), "{e}");
+        let follower = env(&[("NAMESPACE_SELECTOR", "idle"), ("X", "")]);
+        assert!(check_mode_pairs(&leader, &follower, &[], &[]).is_ok());
+        // Follower-only keys are fine: the leader then runs with the container's value.
+        assert!(check_mode_pairs(&[], &follower, &[], &[]).is_ok());
+    }
+
+    #[test]
+    fn leader_args_need_follower_args_and_valued_options_their_counterpart() {
+        let e = check_mode_pairs(&[], &[], &args(&["--operators"]), &[]).unwrap_err();
+        assert_eq!(e.flag, "--leader-args");
+        assert!(check_mode_pairs(
+            &[],
+            &[],
+            &args(&["--operators"]),
+            &args(&["--no-operators"])
+        )
+        .is_ok());
+        let leader = args(&["--selector=real", "--verbose"]);
+        let e = check_mode_pairs(&[], &[], &leader, &args(&["--quiet"])).unwrap_err();
+        assert!(e.reason.contains("--selector"), "{e}");
+        assert!(check_mode_pairs(&[], &[], &leader, &args(&["--selector=idle"])).is_ok());
+        assert!(check_mode_pairs(&[], &[], &leader, &args(&["--selector", "idle"])).is_ok());
+        // A prefix of another option's name is not its counterpart.
+        let e = check_mode_pairs(&[], &[], &leader, &args(&["--selector-x=1"])).unwrap_err();
+        assert!(e.reason.contains("--selector"), "{e}");
+        // A positional NAME=VALUE (not an option) needs nothing.
+        assert!(check_mode_pairs(&[], &[], &args(&["a=b"]), &args(&["c"])).is_ok());
+    }
 }

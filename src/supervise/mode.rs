@@ -75,6 +75,101 @@ pub fn kill_deadline(
     }
 }
 
+/// Whether an authentic object is one a consumer may act on at `now`. The MAC says the elector
+/// wrote it; these say it is something an elector can mean: no `stopped` (acks only), no
+/// incarnation later than the boot clock, the limits announced, and no leader grant that
+/// expires further ahead than the elector's own renew deadline from now (the elector grants
+/// until send time + R, and sent it before we read it).
+pub fn admissible(g: &Grant, now: BootInstant) -> Result<(), String> {
+    if g.mode == Mode::Stopped {
+        return Err("mode \"stopped\" belongs in acks, never in a grant".into());
+    }
+    if from_the_future(g, now) {
+        return Err(format!(
+            "incarnation {} is later than the boot clock ({}): no elector started then",
+            g.incarnation,
+            now.as_nanos()
+        ));
+    }
+    if g.kill_grace_ns == 0 {
+        return Err("kill_grace_ns is missing or 0".into());
+    }
+    if g.mode == Mode::Leader {
+        if g.renew_deadline_ns == 0 {
+            return Err("a leader grant without renew_deadline_ns".into());
+        }
+        let bound = now.saturating_add(g.renew_deadline());
+        if g.expiry() > bound {
+            return Err(format!(
+                "expires_boottime_ns {} lies {}ns ahead, further than the renew deadline ({}ns)",
+                g.expires_boottime_ns,
+                g.expires_boottime_ns.saturating_sub(now.as_nanos()),
+                g.renew_deadline_ns
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The kill grace to use: ours, but never longer than the elector's (`elector`, from the
+/// newest grant), which is what the elector counts on when it releases without an ack.
+pub fn effective_kill_grace(own: Duration, elector: Option<Duration>) -> Duration {
+    match elector {
+        Some(k) if !k.is_zero() => own.min(k),
+        _ => own,
+    }
+}
+
+/// With `--on-change=signal:`, a leader grant stops counting this long before its expiry: the
+/// app has the kill grace from the signal, so a signal sent at the expiry would let it run past
+/// expiry + K by however late the supervisor woke. The lead absorbs ordinary wake-up latency.
+pub const SIGNAL_LEAD: Duration = Duration::from_millis(250);
+
+/// The instant at which grants are judged at `now`: `SIGNAL_LEAD` ahead when demotions go by
+/// signal, so lapsing grants are demoted early enough (see [`SIGNAL_LEAD`]).
+pub fn judged_at(now: BootInstant, on_change: OnChange) -> BootInstant {
+    match on_change {
+        OnChange::Restart => now,
+        OnChange::Signal(_) => now.saturating_add(SIGNAL_LEAD),
+    }
+}
+
+/// How a leader child is demoted under `--on-change=signal:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalDemotion {
+    /// Signal it; the demotion counts as done (and is acked) at `acked_at`, the kill grace later.
+    Signal { acked_at: BootInstant },
+    /// Stop its group instead: the app's grace from a signal sent now would run past the kill
+    /// grace after the expiry of the grant it ran under, so only a kill can keep that bound.
+    Stop,
+}
+
+/// The demotion of a leader child at `now`, when the newest leader grant it ran under expires at
+/// `expiry`: a signal while that expiry has not passed (the app then stops by now + K, before
+/// expiry + K), otherwise a stop whose SIGKILL [`kill_deadline`] caps at expiry + K.
+pub fn signal_demotion(
+    now: BootInstant,
+    kill_grace: Duration,
+    expiry: Option<BootInstant>,
+) -> SignalDemotion {
+    match expiry {
+        Some(e) if now > e => SignalDemotion::Stop,
+        _ => SignalDemotion::Signal {
+            acked_at: now.saturating_add(kill_grace),
+        },
+    }
+}
+
+/// Failed leader starts in a row after a leader child that ran for `ran` exited on its own:
+/// one more, unless it ran long enough to count as stable (`reset_after`).
+pub fn leader_failures_after_exit(failures: u64, ran: Duration, reset_after: Duration) -> u64 {
+    if ran >= reset_after {
+        0
+    } else {
+        failures.saturating_add(1)
+    }
+}
+
 /// What runs while follower.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnFollower {
@@ -280,6 +375,88 @@ mod tests {
         assert_eq!(kill_deadline(at(1_200), k, Some(at(1_000))), at(1_300));
         // Noticed past expiry + K: the deadline has passed, so SIGKILL goes at once.
         assert!(kill_deadline(at(2_000), k, Some(at(1_000))) <= at(2_000));
+    }
+
+    fn limited(mut g: Grant, r_ns: u64) -> Grant {
+        g.renew_deadline_ns = r_ns;
+        g.kill_grace_ns = 300;
+        g
+    }
+
+    /// Before the bound, `incarnation=now, seq=u64::MAX, expires=u64::MAX` made a pod leader for
+    /// ever; an authentic grant can never expire further ahead than R from its reading.
+    #[test]
+    fn a_leader_grant_expiring_beyond_the_renew_deadline_is_not_admissible() {
+        let now = BootInstant::from_nanos(1_000);
+        assert_eq!(
+            admissible(&limited(leader(1, 1, 2_000), 1_000), now),
+            Ok(())
+        );
+        assert!(admissible(&limited(leader(1, 1, 2_001), 1_000), now).is_err());
+        assert!(admissible(&limited(leader(1, 1, u64::MAX), 1_000), now).is_err());
+        assert!(admissible(&limited(leader(1, 1, 2_000), 0), now).is_err());
+        let mut no_k = limited(leader(1, 1, 1_500), 1_000);
+        no_k.kill_grace_ns = 0;
+        assert!(admissible(&no_k, now).is_err());
+        assert!(admissible(&limited(leader(1_001, 1, 1_500), 1_000), now).is_err());
+        let mut stopped = limited(follower(1, 1), 0);
+        assert_eq!(admissible(&stopped, now), Ok(()));
+        stopped.mode = Mode::Stopped;
+        assert!(admissible(&stopped, now).is_err());
+    }
+
+    #[test]
+    fn the_supervisor_never_uses_a_longer_kill_grace_than_the_elector() {
+        let s = Duration::from_secs;
+        assert_eq!(effective_kill_grace(s(5), Some(s(3))), s(3));
+        assert_eq!(effective_kill_grace(s(2), Some(s(3))), s(2));
+        assert_eq!(effective_kill_grace(s(5), None), s(5));
+        assert_eq!(effective_kill_grace(s(5), Some(Duration::ZERO)), s(5));
+    }
+
+    /// In signal mode an expiry noticed late used to earn a full kill grace from the signal.
+    #[test]
+    fn a_signal_demotion_past_the_expiry_becomes_a_stop_capped_at_expiry_plus_k() {
+        let k = Duration::from_nanos(300);
+        let at = BootInstant::from_nanos;
+        assert_eq!(
+            signal_demotion(at(1_000), k, Some(at(5_000))),
+            SignalDemotion::Signal {
+                acked_at: at(1_300)
+            }
+        );
+        assert_eq!(
+            signal_demotion(at(1_000), k, None),
+            SignalDemotion::Signal {
+                acked_at: at(1_300)
+            }
+        );
+        assert_eq!(
+            signal_demotion(at(1_000), k, Some(at(1_000))),
+            SignalDemotion::Signal {
+                acked_at: at(1_300)
+            }
+        );
+        assert_eq!(
+            signal_demotion(at(1_001), k, Some(at(1_000))),
+            SignalDemotion::Stop
+        );
+        // The stop's SIGKILL is then due no later than expiry + K.
+        assert_eq!(kill_deadline(at(1_200), k, Some(at(1_000))), at(1_300));
+        // Judged SIGNAL_LEAD early, a lapse normally signals before the expiry.
+        let sig = OnChange::Signal(Signal::SIGUSR2);
+        assert_eq!(judged_at(at(0), OnChange::Restart), at(0));
+        assert_eq!(judged_at(at(0), sig), at(0).saturating_add(SIGNAL_LEAD));
+    }
+
+    #[test]
+    fn failed_leader_starts_count_until_a_stable_run() {
+        let reset = Duration::from_secs(10);
+        let quick = Duration::from_millis(300);
+        assert_eq!(leader_failures_after_exit(0, quick, reset), 1);
+        assert_eq!(leader_failures_after_exit(2, quick, reset), 3);
+        assert_eq!(leader_failures_after_exit(2, reset, reset), 0);
+        assert_eq!(leader_failures_after_exit(u64::MAX, quick, reset), u64::MAX);
     }
 
     #[test]

@@ -17,8 +17,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::child::{self, Exit};
 use super::follow::Observation;
-use super::mode::{self, Backoff, OnChange, OnFollower, Step, Verdict};
+use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
 use super::toggle::{Push, Reply, Status};
+use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
 use crate::grant::{self, Grant, Mode, Order};
 
@@ -42,7 +43,8 @@ pub struct Settings {
     pub leader_args: Vec<String>,
     /// Arguments appended to the command in follower mode.
     pub follower_args: Vec<String>,
-    /// Time between SIGTERM and SIGKILL to the group.
+    /// Time between SIGTERM and SIGKILL to the group (never more than the elector's K, which
+    /// every grant announces).
     pub kill_grace: Duration,
     pub on_follower: OnFollower,
     pub on_change: OnChange,
@@ -125,34 +127,25 @@ pub struct Supervisor {
     /// Expiry of the newest leader grant obeyed: a leader child's right to run ends there at the
     /// latest, whatever else happens, so its SIGKILL is due no later than K after it.
     leader_expiry: Option<BootInstant>,
+    /// The elector's kill grace, from the newest object obeyed; ours is never longer.
+    elector_kill_grace: Option<Duration>,
+    /// Leader children in a row that exited on their own before `--restart-backoff-reset`;
+    /// reported in the ack so the elector can step down for a leader that cannot run.
+    leader_start_failures: u64,
+    /// The elector's token: what ties an object to the elector, and the key acks are signed with.
+    trust: Trust,
+    /// Refused objects are logged at most once a second, so a flood cannot flood the log.
+    refusals: LogThrottle,
     status: watch::Sender<Status>,
 }
 
 impl Supervisor {
-    /// A supervisor starting from `initial`, the flag file as read at start-up.
-    pub fn new(settings: Settings, initial: Observation, status: watch::Sender<Status>) -> Self {
-        let obeyed = match initial {
-            Observation::Valid(g) if mode::from_the_future(&g, BootInstant::now()) => {
-                tracing::warn!(
-                    incarnation = g.incarnation,
-                    "flag file names an elector incarnation later than the boot clock; ignoring it"
-                );
-                None
-            }
-            Observation::Valid(g) => Some(g),
-            Observation::Absent => None,
-            Observation::Invalid(reason) => {
-                tracing::warn!(%reason, "flag file is not a grant object; starting as follower");
-                None
-            }
-        };
-        let leader_expiry = obeyed
-            .as_ref()
-            .filter(|g| g.mode == Mode::Leader)
-            .map(Grant::expiry);
+    /// A supervisor that has obeyed nothing yet. Before [`Supervisor::adopt`] gives it the flag
+    /// file's reading, [`Supervisor::write_startup_ack`] must replace a previous supervisor's ack.
+    pub fn new(settings: Settings, trust: Trust, status: watch::Sender<Status>) -> Self {
         Supervisor {
             settings,
-            obeyed,
+            obeyed: None,
             demoted_locally: false,
             child: ChildState::Idle,
             crash_hold: None,
@@ -161,9 +154,65 @@ impl Supervisor {
             shutdown: None,
             last_ack: None,
             ack_ready: false,
-            leader_expiry,
+            leader_expiry: None,
+            elector_kill_grace: None,
+            leader_start_failures: 0,
+            trust,
+            refusals: LogThrottle::default(),
             status,
         }
+    }
+
+    /// Takes the flag file as read at start-up (after the ack file was reset).
+    pub fn adopt(&mut self, initial: Observation) {
+        match initial {
+            Observation::Valid(g) => {
+                match self.trust.check(&g, BootInstant::now()) {
+                    Ok(()) => {
+                        self.note_obeyed(&g);
+                        self.obeyed = Some(g);
+                    }
+                    Err(refusal) => {
+                        tracing::warn!(reason = refusal.reason(), incarnation = g.incarnation, seq = g.seq,
+                        "flag file holds an object that cannot be tied to the elector; ignoring it");
+                    }
+                }
+            }
+            Observation::Absent => {}
+            Observation::Invalid(reason) => {
+                tracing::warn!(%reason, "flag file is not a grant object; starting as follower");
+            }
+        }
+    }
+
+    /// Records what an obeyed object tells about its elector: the leader expiry, and its K.
+    fn note_obeyed(&mut self, g: &Grant) {
+        if g.mode == Mode::Leader {
+            self.leader_expiry = Some(g.expiry());
+        }
+        let k = g.kill_grace();
+        if self.elector_kill_grace != Some(k) {
+            self.elector_kill_grace = Some(k);
+            if k < self.settings.kill_grace {
+                tracing::error!(
+                    supervisor_kill_grace = %crate::config::human(self.settings.kill_grace),
+                    elector_kill_grace = %crate::config::human(k),
+                    "--kill-grace is longer than the elector's, which releases the Lease on the \
+                     assumption that the app stopped within its own; using the elector's. Set both \
+                     to the same value"
+                );
+            }
+        }
+    }
+
+    /// The kill grace in force: ours, never longer than the elector's.
+    fn kill_grace(&self) -> Duration {
+        mode::effective_kill_grace(self.settings.kill_grace, self.elector_kill_grace)
+    }
+
+    /// The instant grants are judged at `now` (ahead by the signal lead in signal mode).
+    fn judged_at(&self, now: BootInstant) -> BootInstant {
+        mode::judged_at(now, self.settings.on_change)
     }
 
     /// Runs until a shutdown signal (or, with `--exit-with-child`, the child's own exit) has
@@ -183,9 +232,6 @@ impl Supervisor {
                 None => "no valid flag file".to_owned(),
             }
         );
-        // Before any child starts: the ack file may be a previous supervisor's (the volume
-        // outlives a container restart), and its `stopped` would ack any demotion for us.
-        self.write_startup_ack();
         self.reconcile();
         loop {
             if let Some(code) = self.finished() {
@@ -200,13 +246,16 @@ impl Supervisor {
             let stopping = matches!(self.child, ChildState::Stopping(_));
             let demoted_at = self.demoting_until();
             tokio::select! {
-                Some(sig) = signals.next() => self.on_signal(sig),
-                Some(obs) = observations.recv() => self.on_file(obs),
-                Some(push) = pushes.recv() => self.on_push(push),
+                // The dead man's switch first: nothing that floods the other branches (pushes
+                // to the toggle, flag-file churn) may delay a demotion.
+                biased;
                 _ = sleep_until(leader_until) => {
                     tracing::warn!("leader grant expired without renewal; demoting");
                     self.reconcile();
                 }
+                Some(sig) = signals.next() => self.on_signal(sig),
+                Some(obs) = observations.recv() => self.on_file(obs),
+                Some(push) = pushes.recv() => self.on_push(push),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(self.settings.ack_retry), if !self.ack_ready => {
@@ -221,9 +270,11 @@ impl Supervisor {
     }
 
     /// Replaces whatever ack file a previous supervisor left with "follower, nothing obeyed yet"
-    /// (order 0/0, which acks no object).
-    fn write_startup_ack(&mut self) {
-        let ack = Grant::follower("", 0, Order::default(), "");
+    /// (order 0/0, which acks no object). Called before the flag file is first read, so an old
+    /// `stopped` cannot ack a demotion written after that reading.
+    pub fn write_startup_ack(&mut self) {
+        let mut ack = Grant::follower("", 0, Order::default(), "");
+        self.trust.sign_ack(&mut ack);
         match grant::write_file(&self.settings.ack_file, &ack) {
             Ok(()) => {
                 if !self.ack_ready {
@@ -252,7 +303,7 @@ impl Supervisor {
         mode::target_mode(
             self.obeyed.as_ref(),
             self.demoted_locally || !self.ack_ready,
-            now,
+            self.judged_at(now),
         )
     }
 
@@ -269,7 +320,11 @@ impl Supervisor {
     fn leader_deadline(&self) -> Option<BootInstant> {
         let now = BootInstant::now();
         match (&self.obeyed, self.in_effect(now)) {
-            (Some(g), Mode::Leader) => Some(g.expiry()),
+            // Judged ahead in signal mode, so the lapse is acted on that much earlier.
+            (Some(g), Mode::Leader) => Some(
+                g.expiry()
+                    .saturating_sub(self.judged_at(now).saturating_since(now)),
+            ),
             _ => None,
         }
     }
@@ -348,17 +403,25 @@ impl Supervisor {
                         exit_code: Some(exit.code()),
                     });
                 } else {
+                    if mode == Mode::Leader {
+                        self.leader_start_failures = mode::leader_failures_after_exit(
+                            self.leader_start_failures,
+                            ran,
+                            self.settings.backoff.reset_after,
+                        );
+                    }
                     let delay = self.settings.backoff.on_exit(ran);
                     tracing::warn!(pid = pid.as_raw(), %exit, ran_for = %crate::config::human(ran),
                         restart_in = %crate::config::human(delay), "child exited on its own; restarting");
                     self.crash_hold = Some((mode, now.saturating_add(delay)));
                 }
-                // Whatever it left behind in its group goes before anything new starts.
+                // Whatever it left behind in its group goes before anything new starts; a
+                // leader's leftovers no later than the kill grace after its grant's expiry.
                 self.child = ChildState::Stopping(Stopping {
                     pgid: pid,
                     main_alive: false,
                     group_termed: false,
-                    kill_at: now.saturating_add(self.settings.kill_grace),
+                    kill_at: self.kill_deadline(mode, now),
                     killed: false,
                     exit: Some(exit),
                 });
@@ -374,7 +437,7 @@ impl Supervisor {
             Mode::Leader => self.leader_expiry,
             _ => None,
         };
-        mode::kill_deadline(now, self.settings.kill_grace, lapsed)
+        mode::kill_deadline(now, self.kill_grace(), lapsed)
     }
 
     /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace
@@ -413,8 +476,10 @@ impl Supervisor {
         }
         if !s.killed && now >= s.kill_at {
             s.killed = true;
-            tracing::warn!(pgid = s.pgid.as_raw(), grace = %crate::config::human(self.settings.kill_grace),
-                "process group still alive after the kill grace; sending SIGKILL");
+            tracing::warn!(
+                pgid = s.pgid.as_raw(),
+                "process group still alive after the kill grace; sending SIGKILL"
+            );
             child::signal_group(s.pgid, Signal::SIGKILL);
         }
         // The group exists while any member, zombies included, is unreaped.
@@ -440,42 +505,47 @@ impl Supervisor {
                 // The file is the channel that must still work when pushes fail; if it can no
                 // longer say "follower", keep no operator running on the strength of old news.
                 tracing::warn!(%reason, "flag file holds no grant; follower until a newer object arrives");
-                self.demoted_locally = true;
-                self.reconcile();
+                self.demote_locally();
             }
         }
+    }
+
+    fn demote_locally(&mut self) {
+        self.demoted_locally = true;
+        self.reconcile();
     }
 
     fn on_push(&mut self, push: Push) {
         self.offer(push.grant, Some(push.reply));
     }
 
-    /// Applies the ordering rule to an object from either channel.
+    /// Applies the trust check and the ordering rule to an object from either channel.
     fn offer(&mut self, g: Grant, reply: Option<oneshot::Sender<Reply>>) {
         let now = BootInstant::now();
-        if mode::from_the_future(&g, now) {
-            // Obeyed, it would outrank every real object until the boot clock caught up.
-            let reason = format!(
-                "incarnation {} is later than the boot clock ({}): no elector started then",
-                g.incarnation,
-                now.as_nanos()
-            );
-            tracing::warn!(
-                seq = g.seq,
-                via = if reply.is_some() {
-                    "toggle"
-                } else {
-                    "flag file"
-                },
-                "ignoring a grant object: {reason}"
-            );
-            if let Some(reply) = reply {
-                let _ = reply.send(Reply::Rejected(reason));
+        if let Err(refusal) = self.trust.check(&g, now) {
+            let via = if reply.is_some() {
+                "toggle"
+            } else {
+                "flag file"
+            };
+            if let Some(suppressed) = self.refusals.admit(now) {
+                tracing::warn!(via, incarnation = g.incarnation, seq = g.seq, mode = %g.mode,
+                    suppressed, "refusing a grant object that cannot be tied to the elector: {}",
+                    refusal.reason());
+            }
+            match reply {
+                Some(reply) => {
+                    let _ = reply.send(Reply::Refused(refusal));
+                }
+                // Never obeyed; and since the file no longer holds what the elector last wrote
+                // there (a demotion may have been overwritten), the grant obeyed before is no
+                // longer known to be current: fail closed until a verified object arrives.
+                None => self.demote_locally(),
             }
             return;
         }
         let verdict = mode::judge(self.obeyed.as_ref(), &g);
-        let requested = mode::target_mode(Some(&g), false, now);
+        let requested = mode::target_mode(Some(&g), false, self.judged_at(now));
         match verdict {
             Verdict::Stale => {
                 tracing::debug!(
@@ -499,9 +569,7 @@ impl Supervisor {
                 } else {
                     tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
                 }
-                if g.mode == Mode::Leader {
-                    self.leader_expiry = Some(g.expiry());
-                }
+                self.note_obeyed(&g);
                 self.obeyed = Some(g.clone());
                 self.demoted_locally = false;
             }
@@ -527,6 +595,14 @@ impl Supervisor {
         } else {
             mode::desired_child(self.target(now), self.settings.on_follower)
         };
+        // A restart that is due but no longer wanted (the mode changed meanwhile) is dropped, so
+        // its deadline does not keep waking the loop.
+        if self
+            .crash_hold
+            .is_some_and(|(held, at)| now >= at && desired != Some(held))
+        {
+            self.crash_hold = None;
+        }
         let running = match &mut self.child {
             ChildState::Running(r) => {
                 if r.demoting_until.is_some_and(|t| now >= t) {
@@ -546,16 +622,35 @@ impl Supervisor {
                 }
             }
             Step::Signal(sig, m) => {
-                if let ChildState::Running(r) = &mut self.child {
-                    tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m, signal = %sig,
-                        "signalling the child to switch mode");
-                    child::signal(r.pid, sig);
-                    r.mode = m;
-                    // A promotion takes effect on delivery; a demotion once the app has had the
-                    // kill grace to stop operator work. Until then nothing is acked, so the
-                    // elector keeps the Lease (and nobody else leads) while the app winds down.
-                    r.demoting_until =
-                        (m == Mode::Follower).then(|| now.saturating_add(self.settings.kill_grace));
+                let how = match m {
+                    Mode::Leader => SignalDemotion::Signal { acked_at: now },
+                    _ => mode::signal_demotion(now, self.kill_grace(), self.leader_expiry),
+                };
+                match how {
+                    SignalDemotion::Signal { acked_at } => {
+                        if let ChildState::Running(r) = &mut self.child {
+                            tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m, signal = %sig,
+                                "signalling the child to switch mode");
+                            child::signal(r.pid, sig);
+                            r.mode = m;
+                            // A promotion takes effect on delivery; a demotion once the app has
+                            // had the kill grace to stop operator work. Until then nothing is
+                            // acked, so the elector keeps the Lease (and nobody else leads)
+                            // while the app winds down.
+                            r.demoting_until = (m == Mode::Follower).then_some(acked_at);
+                        }
+                    }
+                    SignalDemotion::Stop => {
+                        if let ChildState::Running(r) =
+                            std::mem::replace(&mut self.child, ChildState::Idle)
+                        {
+                            tracing::warn!(pid = r.pid.as_raw(),
+                                "the leader grant expired before the demotion could be signalled \
+                                 (supervisor woke late); stopping the app instead, SIGKILL no later \
+                                 than the kill grace after the expiry");
+                            self.begin_stop(r);
+                        }
+                    }
                 }
             }
         }
@@ -593,6 +688,9 @@ impl Supervisor {
                 });
             }
             Err(e) => {
+                if m == Mode::Leader {
+                    self.leader_start_failures = self.leader_start_failures.saturating_add(1);
+                }
                 let delay = self.settings.backoff.on_exit(Duration::ZERO);
                 tracing::error!(command = ?self.settings.command, error = %e,
                     retry_in = %crate::config::human(delay), "cannot start the child");
@@ -612,6 +710,11 @@ impl Supervisor {
     /// signal) is in flight.
     fn settle(&mut self, now: BootInstant) {
         let in_effect = self.in_effect(now);
+        // Failed starts count per leadership: a demotion (the elector stepping down, or any
+        // other) starts the count again for the next one.
+        if in_effect != Mode::Leader {
+            self.leader_start_failures = 0;
+        }
         let ack = self.ack_object(in_effect);
         if self.last_ack.as_ref() != Some(&ack) {
             match grant::write_file(&self.settings.ack_file, &ack) {
@@ -649,7 +752,8 @@ impl Supervisor {
     }
 
     /// The ack for the current state: the last object obeyed, with the mode actually in effect
-    /// (a leader grant that lapsed is acked as follower, with its order).
+    /// (a leader grant that lapsed is acked as follower, with its order) and the failed leader
+    /// starts, signed with the elector's key.
     fn ack_object(&self, in_effect: Mode) -> Grant {
         let mut ack = self
             .obeyed
@@ -660,6 +764,8 @@ impl Supervisor {
             ack.expires_boottime_ns = 0;
             ack.expires_at = None;
         }
+        ack.leader_start_failures = self.leader_start_failures;
+        self.trust.sign_ack(&mut ack);
         ack
     }
 
@@ -702,6 +808,8 @@ impl Supervisor {
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),
             seq: obeyed.map(|g| g.seq).unwrap_or(0),
+            kill_grace_ns: crate::grant::duration_ns(self.kill_grace()),
+            leader_start_failures: self.leader_start_failures,
         });
     }
 }

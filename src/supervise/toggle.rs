@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::trust::Refusal;
 use crate::grant::{Grant, Mode, Order};
 
 /// A grant object pushed by the elector, with the way back for its answer.
@@ -34,8 +35,9 @@ pub enum Reply {
     Superseded { mode: Mode, last: Order },
     /// 503: the supervisor is exiting and cannot promote.
     ShuttingDown,
-    /// 400: an object no legitimate elector can have sent (the reason says why); ignored.
-    Rejected(String),
+    /// 401 / 403 / 400: an object that cannot be tied to the elector, or that no elector can
+    /// mean (the reason says which); never obeyed.
+    Refused(Refusal),
 }
 
 /// What `GET /mode` reports.
@@ -62,6 +64,10 @@ pub struct Status {
     /// Order of the last object obeyed.
     pub incarnation: u64,
     pub seq: u64,
+    /// The kill grace in force: `--kill-grace`, or the elector's if that is shorter.
+    pub kill_grace_ns: u64,
+    /// Leader children in a row that exited on their own before `--restart-backoff-reset`.
+    pub leader_start_failures: u64,
 }
 
 /// Largest grant object accepted; real ones are a few hundred bytes.
@@ -160,7 +166,14 @@ async fn push(req: Request<Incoming>, pushes: mpsc::Sender<Push>) -> Response<Fu
             .to_string()
             .into_bytes(),
         ),
-        Ok(Reply::Rejected(reason)) => text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
+        Ok(Reply::Refused(refusal)) => {
+            let status = match refusal {
+                Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+                Refusal::Forbidden(_) => StatusCode::FORBIDDEN,
+                Refusal::Invalid(_) => StatusCode::BAD_REQUEST,
+            };
+            text(status, &format!("{}\n", refusal.reason()))
+        }
         Ok(Reply::ShuttingDown) | Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "supervisor is exiting\n"),
     }
 }

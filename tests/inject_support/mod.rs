@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod tools;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -18,6 +20,9 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// The sidecar image the tests inject: `--image` is required (nothing publishes a default).
+pub const IMAGE: &str = "registry.example.com/passmower-elector:0.1.0";
+
 pub fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/inject")
@@ -27,6 +32,18 @@ pub fn golden_path(name: &str) -> PathBuf {
 pub fn golden(name: &str) -> String {
     let path = golden_path(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `passmower-elector inject --image IMAGE ARGS…` (ARGS without the leading `inject`).
+/// An `--image` among ARGS replaces the default one.
+pub fn inject(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
+    let image = format!("--image={IMAGE}");
+    let mut all = vec!["inject"];
+    if !args.iter().any(|a| a.starts_with("--image")) {
+        all.push(image.as_str());
+    }
+    all.extend_from_slice(args);
+    run(&all, stdin, env)
 }
 
 /// Runs `passmower-elector ARGS` with `stdin` and extra environment, with every ELECTOR_*

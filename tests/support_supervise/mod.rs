@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use passmower_elector::clock::BootInstant;
+use passmower_elector::grant::auth::{self, Key, Token};
 use passmower_elector::grant::{Grant, Order};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_passmower-elector");
@@ -29,16 +30,61 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A temporary directory holding the flag file, the ack file and what the child records.
+/// The renew deadline test grants announce: longer than any grant a test writes lasts.
+pub const TEST_RENEW_DEADLINE: Duration = Duration::from_secs(120);
+/// The kill grace test grants announce: longer than any supervisor's in these tests, so none is
+/// clamped unless a test asks for it.
+pub const TEST_ELECTOR_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// A temporary directory holding the flag file, the ack file, the elector's token and what the
+/// child records. It plays the elector's part: the token (incarnation 1 at first) and the key
+/// that [`Sandbox::sign`], [`Sandbox::write_grant`] and [`Supervisor::push`] sign with.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
+    token: Arc<Mutex<Token>>,
 }
 
 impl Sandbox {
     pub fn new() -> Self {
-        Sandbox {
+        let sb = Sandbox {
             dir: tempfile::tempdir().expect("tempdir"),
-        }
+            token: Arc::new(Mutex::new(Token {
+                incarnation: 1,
+                key: Key::generate().expect("key"),
+            })),
+        };
+        sb.write_token();
+        sb
+    }
+
+    fn write_token(&self) {
+        let token = self.token.lock().expect("token").clone();
+        auth::write_token(&auth::token_path(&self.flag_file()), &token).expect("write token");
+    }
+
+    /// A new elector incarnation: a new key in the token file.
+    pub fn elector_restart(&self, incarnation: u64) {
+        *self.token.lock().expect("token") = Token {
+            incarnation,
+            key: Key::generate().expect("key"),
+        };
+        self.write_token();
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        auth::token_path(&self.flag_file())
+    }
+
+    /// `g` as the elector would emit it: with its limits and a MAC under the current key.
+    pub fn sign(&self, g: &Grant) -> Grant {
+        sign_with(&self.token, g)
+    }
+
+    /// The ack file's object, if it is one.
+    pub fn ack_object(&self) -> Option<Grant> {
+        passmower_elector::grant::read_file(&self.path("grant.json.ack"))
+            .ok()
+            .flatten()
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -54,8 +100,23 @@ impl Sandbox {
         serde_json::from_slice(&bytes).ok()
     }
 
+    /// Writes `g`, signed, to the flag file.
     pub fn write_grant(&self, g: &Grant) {
+        self.write_raw_grant(&self.sign(g));
+    }
+
+    /// Writes `g` to the flag file exactly as given (forgeries, unsigned objects).
+    pub fn write_raw_grant(&self, g: &Grant) {
         passmower_elector::grant::write_file(&self.flag_file(), g).expect("write flag file");
+    }
+
+    /// Whether the ack file's MAC verifies under the current key.
+    pub fn ack_verifies(&self) -> bool {
+        let Ok(Some(ack)) = passmower_elector::grant::read_file(&self.path("grant.json.ack"))
+        else {
+            return false;
+        };
+        self.token.lock().expect("token").key.verify_ack(&ack)
     }
 
     /// Writes an executable POSIX sh script named `name` with `body`.
@@ -175,11 +236,21 @@ pub fn zombie_children(parent: i32) -> Vec<i32> {
     found
 }
 
+fn sign_with(token: &Mutex<Token>, g: &Grant) -> Grant {
+    let mut g = g.clone();
+    if g.renew_deadline_ns == 0 && g.kill_grace_ns == 0 {
+        g = g.with_limits(TEST_RENEW_DEADLINE, TEST_ELECTOR_KILL_GRACE);
+    }
+    token.lock().expect("token").key.sign_grant(&mut g);
+    g
+}
+
 /// The supervisor under test: the real binary, its stderr collected for assertions.
 pub struct Supervisor {
     pub child: Child,
     pub port: u16,
     pub log: Arc<Mutex<Vec<String>>>,
+    token: Arc<Mutex<Token>>,
 }
 
 impl Supervisor {
@@ -191,8 +262,26 @@ impl Supervisor {
 
     /// Like [`Supervisor::start`] with another build of the binary (the benchmark's release build).
     pub fn start_bin(bin: &str, sb: &Sandbox, flags: &[&str], command: &[&str]) -> Self {
+        Self::start_with(bin, sb, flags, command, None)
+    }
+
+    /// Like [`Supervisor::start`], running as `uid` (the test must be root to ask for that).
+    pub fn start_as(sb: &Sandbox, flags: &[&str], command: &[&str], uid: u32) -> Self {
+        Self::start_with(BIN, sb, flags, command, Some(uid))
+    }
+
+    fn start_with(
+        bin: &str,
+        sb: &Sandbox,
+        flags: &[&str],
+        command: &[&str],
+        uid: Option<u32>,
+    ) -> Self {
         let flag = sb.flag_file();
         let mut cmd = Command::new(bin);
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        }
         cmd.arg("supervise")
             .arg("--flag-file")
             .arg(&flag)
@@ -228,7 +317,12 @@ impl Supervisor {
         let port = port_rx
             .recv_timeout(Duration::from_secs(20))
             .expect("supervisor did not report its toggle address");
-        Supervisor { child, port, log }
+        Supervisor {
+            child,
+            port,
+            log,
+            token: sb.token.clone(),
+        }
     }
 
     pub fn pid(&self) -> i32 {
@@ -261,9 +355,19 @@ impl Supervisor {
         serde_json::from_str(&body).expect("GET /mode JSON")
     }
 
-    /// `POST /` of a grant object; returns status and body.
+    /// `POST /` of a grant object, signed as the sandbox's elector would; status and body.
     pub fn push(&self, g: &Grant) -> (u16, String) {
+        self.push_raw(&sign_with(&self.token, g))
+    }
+
+    /// `POST /` of exactly `g` (forgeries, unsigned objects); returns status and body.
+    pub fn push_raw(&self, g: &Grant) -> (u16, String) {
         http(self.port, "POST", "/", &g.to_json()).expect("POST grant")
+    }
+
+    /// `g` signed as the sandbox's elector would, for a request sent by hand.
+    pub fn sign(&self, g: &Grant) -> Grant {
+        sign_with(&self.token, g)
     }
 
     /// Waits (bounded) until GET /mode reports `mode` with a running child in that mode; returns

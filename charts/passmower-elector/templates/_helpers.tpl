@@ -1,21 +1,58 @@
-{{/* The Lease name: lease.name, else Passmower's Deployment name. */}}
+{{/*
+The names Passmower's chart (oci://ghcr.io/passmower/charts/passmower) gives its objects,
+derived from its release name the way its _helpers.tpl does: "passmower.name" and
+"passmower.fullname". Its container is always named after the chart: "passmower".
+*/}}
+{{- define "passmower-elector.passmowerName" -}}
+{{- default "passmower" .Values.passmower.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "passmower-elector.passmowerFullname" -}}
+{{- if .Values.passmower.fullnameOverride -}}
+{{- .Values.passmower.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "passmower-elector.passmowerName" . -}}
+{{- if contains $name .Values.passmower.release -}}
+{{- .Values.passmower.release | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Values.passmower.release $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Passmower's pod labels, as its Deployment selects them. */}}
+{{- define "passmower-elector.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "passmower-elector.passmowerName" . }}
+app.kubernetes.io/instance: {{ .Values.passmower.release }}
+{{- end -}}
+
+{{/* The Lease name: lease.name, else Passmower's Deployment name (what inject uses). */}}
 {{- define "passmower-elector.leaseName" -}}
-{{- default .Values.passmower.deploymentName .Values.lease.name -}}
+{{- default (include "passmower-elector.passmowerFullname" .) .Values.lease.name -}}
 {{- end -}}
 
 {{/* Objects generated for Passmower's Deployment are named after it, like inject names them. */}}
 {{- define "passmower-elector.roleName" -}}
-{{- printf "%s-elector" .Values.passmower.deploymentName | trunc 253 -}}
+{{- printf "%s-elector" (include "passmower-elector.passmowerFullname" .) | trunc 253 -}}
+{{- end -}}
+
+{{/* Cluster-wide objects: named per release, so two installs never claim one name. */}}
+{{- define "passmower-elector.policyName" -}}
+{{- printf "passmower-elector-chart.%s.%s" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "passmower-elector.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := required (printf "image.repository is required: nothing publishes the passmower-elector sidecar image. Build it from the passmower-elector repository and push it to a registry your nodes pull from (docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:%s . && docker push REGISTRY/passmower-elector:%s; without Docker: scripts/build-sidecar-image.sh, then skopeo copy oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:%s), then --set image.repository=REGISTRY/passmower-elector" .Chart.AppVersion .Chart.AppVersion .Chart.AppVersion) .Values.image.repository -}}
+{{- if eq $repository "ghcr.io/passmower/passmower-elector" -}}
+{{- fail "image.repository ghcr.io/passmower/passmower-elector is a placeholder nobody publishes: build the sidecar image and push it to your own registry (see values.yaml)" -}}
+{{- end -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
 {{- define "passmower-elector.labels" -}}
 app.kubernetes.io/name: passmower-elector
 app.kubernetes.io/component: leader-election
-app.kubernetes.io/part-of: {{ .Values.passmower.deploymentName }}
+app.kubernetes.io/part-of: {{ include "passmower-elector.passmowerFullname" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
@@ -23,10 +60,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The annotation by which `inject` recognises these objects as its own (so it skips them). */}}
 {{- define "passmower-elector.generatedFor" -}}
-passmower-elector.io/generated-for: {{ printf "Deployment/%s" .Values.passmower.deploymentName | quote }}
+passmower-elector.io/generated-for: {{ printf "Deployment/%s" (include "passmower-elector.passmowerFullname" .) | quote }}
 {{- end -}}
 
-{{/* The post-renderer's arguments, mirroring these values. */}}
+{{/*
+The post-renderer's arguments beyond `inject`, one per --post-renderer-args, single-quoted for
+the shell: only what differs from inject's own defaults, which match this chart's.
+*/}}
 {{- define "passmower-elector.injectArgs" -}}
-inject --workload-only --container {{ .Values.passmower.containerName }} --image {{ include "passmower-elector.image" . }} --lease-name {{ include "passmower-elector.leaseName" . }} --lease-duration {{ .Values.lease.duration }} --renew-deadline {{ .Values.lease.renewDeadline }} --retry-period {{ .Values.lease.retryPeriod }} --kill-grace {{ .Values.lease.killGrace }} --idle-namespace {{ .Values.idleNamespace }} --probe-port {{ .Values.probePort }} --toggle-port {{ .Values.togglePort }}{{ if .Values.classicSidecar }} --classic-sidecar{{ end }} --sidecar-resources {{ toJson .Values.resources | squote }} --sidecar-security-context {{ toJson .Values.securityContext | squote }}
+{{- $args := list "--workload-only" (printf "--image=%s" (include "passmower-elector.image" .)) -}}
+{{- if .Values.lease.name }}{{ $args = append $args (printf "--lease-name=%s" .Values.lease.name) }}{{ end -}}
+{{- if ne .Values.lease.duration "15s" }}{{ $args = append $args (printf "--lease-duration=%s" .Values.lease.duration) }}{{ end -}}
+{{- if ne .Values.lease.renewDeadline "10s" }}{{ $args = append $args (printf "--renew-deadline=%s" .Values.lease.renewDeadline) }}{{ end -}}
+{{- if ne .Values.lease.retryPeriod "2s" }}{{ $args = append $args (printf "--retry-period=%s" .Values.lease.retryPeriod) }}{{ end -}}
+{{- if ne .Values.lease.killGrace "3s" }}{{ $args = append $args (printf "--kill-grace=%s" .Values.lease.killGrace) }}{{ end -}}
+{{- if ne .Values.idleNamespace "passmower-elector-idle-never-create" }}{{ $args = append $args (printf "--idle-namespace=%s" .Values.idleNamespace) }}{{ end -}}
+{{- if ne (int .Values.probePort) 8081 }}{{ $args = append $args (printf "--probe-port=%d" (int .Values.probePort)) }}{{ end -}}
+{{- if ne (int .Values.togglePort) 8082 }}{{ $args = append $args (printf "--toggle-port=%d" (int .Values.togglePort)) }}{{ end -}}
+{{- if .Values.classicSidecar }}{{ $args = append $args "--classic-sidecar" }}{{ end -}}
+{{- if .Values.resources }}{{ $args = append $args (printf "--sidecar-resources=%s" (toJson .Values.resources)) }}{{ end -}}
+{{- if .Values.securityContext }}{{ $args = append $args (printf "--sidecar-security-context=%s" (toJson .Values.securityContext)) }}{{ end -}}
+{{- range $args }} \
+    {{ printf "--post-renderer-args=%s" . | squote }}
+{{- end -}}
 {{- end -}}

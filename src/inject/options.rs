@@ -1,0 +1,523 @@
+//! What `inject` is told: the command line (`InjectArgs`), the options it turns into
+//! (`InjectOptions`), and the checks that refuse options the roles would refuse at start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
+
+use super::workload::WorkloadKind;
+use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
+use crate::config::{self, ConfigError};
+
+/// A repository nothing publishes, which earlier versions used as the default image: refused
+/// with the way to build one, so no pod waits forever on an image pull.
+pub const UNPUBLISHED_IMAGE_REPOSITORY: &str = "ghcr.io/passmower/passmower-elector";
+
+/// What to do when `inject` cannot produce manifests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnError {
+    /// Print the reason on stderr, nothing on stdout, and exit 2.
+    #[default]
+    Exit,
+    /// Also print, on stdout, one manifest that names the reason and that Helm refuses
+    /// (an unknown kind), and exit 0: Helm 4 drops a failing post-renderer plugin's stderr and
+    /// shows only "exited with error", but it does show the object it cannot map.
+    Manifest,
+}
+
+/// `inject --help`: what it does and the command lines for each tool.
+pub const LONG_ABOUT: &str =
+    "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
+    yaml` prints, or `helm template` output) and writes them to stdout with the elector sidecar, \
+    the supervisor entrypoint, shared volumes, a Role + RoleBinding for the Lease and a \
+    PodDisruptionBudget added to each targeted workload. Other documents pass through \
+    unchanged; running it twice equals running it once.\n\n\
+    The sidecar image is required (--image): nothing publishes it, build and push it first \
+    (README: \"The sidecar image\").\n\n\
+    Helm 3: `helm upgrade --install ... --post-renderer passmower-elector --post-renderer-args \
+    inject --post-renderer-args=--image=IMAGE`.\n\
+    Helm 4: `helm plugin install examples/retrofit-passmower/helm4-plugin` once (it runs \
+    `passmower-elector inject --on-error=manifest`), then `helm upgrade --install ... \
+    --post-renderer passmower-elector --post-renderer-args=--image=IMAGE`.\n\
+    Kustomize, Flux, Argo CD: --kustomize DIR writes a kustomize Component instead.\n\n\
+    Errors (invalid YAML, no target, bad flags) print nothing on stdout and exit 2.";
+
+#[derive(Debug, clap::Args)]
+pub struct InjectArgs {
+    /// Read manifests from FILE (`-` for stdin).
+    #[arg(
+        short = 'f',
+        long = "file",
+        env = "ELECTOR_FILE",
+        value_name = "FILE",
+        default_value = "-"
+    )]
+    pub file: PathBuf,
+    /// The container to wrap with `supervise`; workloads without it are not targets.
+    #[arg(long, env = "ELECTOR_CONTAINER", default_value = DEFAULT_CONTAINER)]
+    pub container: String,
+    /// Sidecar image, required (runs `elect` and the `copy-self` initContainer). Nothing
+    /// publishes it: build it from this repository and push it to a registry your nodes pull
+    /// from (`docker build -f Dockerfile.sidecar`, or without Docker
+    /// `scripts/build-sidecar-image.sh` + `skopeo copy`).
+    #[arg(long, env = "ELECTOR_IMAGE", value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// The app's command when the container sets none (what the image's entrypoint runs):
+    /// words split on spaces, or a JSON array. Overrides the container's own `command`; its
+    /// `args` are appended. Default for container `passmower`: `node --no-warnings src/app.js`.
+    #[arg(long, env = "ELECTOR_APP_COMMAND", value_name = "COMMAND")]
+    pub app_command: Option<String>,
+    /// Run the elector as a plain container instead of a native sidecar (initContainer with
+    /// restartPolicy: Always), for clusters older than Kubernetes 1.29.
+    #[arg(long, env = "ELECTOR_CLASSIC_SIDECAR")]
+    pub classic_sidecar: bool,
+    /// Workload kinds to target (repeatable or comma-separated): Deployment, StatefulSet.
+    #[arg(
+        long = "kind",
+        env = "ELECTOR_KIND",
+        value_delimiter = ',',
+        default_value = "Deployment"
+    )]
+    pub kinds: Vec<WorkloadKind>,
+    /// Lease name; default: the workload's name.
+    #[arg(long, env = "ELECTOR_LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// The namespace of manifests that name none (`helm template` output names none: pass the
+    /// release namespace). Names the cluster-wide --deny-idle-namespace policy per install.
+    #[arg(long, env = "ELECTOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// How long a Lease stays taken without renewal (passed to `elect`).
+    #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = config::parse_positive_duration)]
+    pub lease_duration: Duration,
+    /// How long a grant lasts after the last successful renewal (passed to `elect`).
+    #[arg(long, env = "ELECTOR_RENEW_DEADLINE", default_value = "10s", value_parser = config::parse_positive_duration)]
+    pub renew_deadline: Duration,
+    /// Interval between renewals and retries (passed to `elect`).
+    #[arg(long, env = "ELECTOR_RETRY_PERIOD", default_value = "2s", value_parser = config::parse_positive_duration)]
+    pub retry_period: Duration,
+    /// Time the app gets to stop operator work after a demotion (passed to both roles).
+    #[arg(long, env = "ELECTOR_KILL_GRACE", default_value = "3s", value_parser = config::parse_positive_duration)]
+    pub kill_grace: Duration,
+    /// Port of the elector's /healthz, /readyz, /leader and /metrics (on the pod IP); its
+    /// container port is named `elector-probe`, which a PodMonitor in the stream gets added.
+    #[arg(long, env = "ELECTOR_PROBE_PORT", default_value_t = 8081)]
+    pub probe_port: u16,
+    /// Loopback port on which `supervise` serves the toggle (POST /grant).
+    #[arg(long, env = "ELECTOR_TOGGLE_PORT", default_value_t = 8082)]
+    pub toggle_port: u16,
+    /// NAMESPACE_SELECTOR given to followers: one namespace name (DNS-1123 label) that must
+    /// never exist, or followers would reconcile what is put in it. See --deny-idle-namespace.
+    #[arg(long, env = "ELECTOR_IDLE_NAMESPACE", default_value = DEFAULT_IDLE_NAMESPACE)]
+    pub idle_namespace: String,
+    /// NAMESPACE_SELECTOR given to the leader; default: the container's own value, or `*`.
+    #[arg(long, env = "ELECTOR_NAMESPACE_SELECTOR")]
+    pub namespace_selector: Option<String>,
+    /// Also emit a ValidatingAdmissionPolicy + binding that forbids creating the idle namespace
+    /// (Kubernetes >= 1.30), named after the workload and its namespace.
+    #[arg(long, env = "ELECTOR_DENY_IDLE_NAMESPACE")]
+    pub deny_idle_namespace: bool,
+    /// Keep a Deployment's explicit rollout strategy even when it stops every pod at once
+    /// (Recreate, or maxUnavailable covering all replicas); by default such a strategy is
+    /// replaced by RollingUpdate (maxSurge 1, maxUnavailable 0), and the manifest says why.
+    #[arg(long, env = "ELECTOR_KEEP_STRATEGY")]
+    pub keep_strategy: bool,
+    /// Succeed (passing the stream through) when no workload is a target.
+    #[arg(long, env = "ELECTOR_ALLOW_NONE")]
+    pub allow_none: bool,
+    /// Rewrite workloads only: add no Role, RoleBinding or PodDisruptionBudget, because they
+    /// come from elsewhere (the passmower-elector Helm chart, installed as its own release).
+    #[arg(long, env = "ELECTOR_WORKLOAD_ONLY")]
+    pub workload_only: bool,
+    /// The elector container's resources as JSON (a Kubernetes ResourceRequirements), e.g.
+    /// '{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}'.
+    #[arg(long, env = "ELECTOR_SIDECAR_RESOURCES", value_name = "JSON")]
+    pub sidecar_resources: Option<String>,
+    /// The elector and install containers' securityContext as JSON (a Kubernetes
+    /// SecurityContext); default: the "restricted" profile as the app's non-root
+    /// runAsUser/runAsGroup when it sets one (the elector must read files the app writes and
+    /// the reverse), else as UID 65532.
+    #[arg(long, env = "ELECTOR_SIDECAR_SECURITY_CONTEXT", value_name = "JSON")]
+    pub sidecar_security_context: Option<String>,
+    /// Instead of the rewritten stream, write a kustomize Component to DIR: kustomization.yaml
+    /// with the workload patches (the form Flux's HelmRelease postRenderers take) and
+    /// resources.yaml with the objects to add. Nothing goes to stdout.
+    #[arg(long, env = "ELECTOR_KUSTOMIZE", value_name = "DIR")]
+    pub kustomize: Option<PathBuf>,
+    /// On failure: `exit` (stderr, exit 2) or `manifest` (for Helm 4, which hides a plugin's
+    /// stderr: also print one object naming the reason that Helm refuses, and exit 0).
+    #[arg(long, env = "ELECTOR_ON_ERROR", value_enum, default_value = "exit")]
+    pub on_error: OnError,
+}
+
+/// Everything `inject` needs to know. [`InjectOptions::new`] takes the one required setting,
+/// the image, and matches the CLI defaults otherwise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InjectOptions {
+    /// Name of the container to wrap with `supervise`.
+    pub container: String,
+    /// Sidecar image reference (required: nothing publishes a default).
+    pub image: String,
+    /// The app command when set explicitly (replaces the container's `command`).
+    pub app_command: Option<Vec<String>>,
+    /// Elector as a plain container rather than a native sidecar.
+    pub classic_sidecar: bool,
+    /// Kinds of workload to target.
+    pub kinds: Vec<WorkloadKind>,
+    /// Lease name for every target; `None` names each Lease after its workload.
+    pub lease_name: Option<String>,
+    /// Namespace of documents that name none.
+    pub namespace: Option<String>,
+    /// `elect --lease-duration`.
+    pub lease_duration: Duration,
+    /// `elect --renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `elect --retry-period`.
+    pub retry_period: Duration,
+    /// `--kill-grace` of both roles.
+    pub kill_grace: Duration,
+    /// Elector probe port.
+    pub probe_port: u16,
+    /// Loopback toggle port of `supervise`.
+    pub toggle_port: u16,
+    /// Follower NAMESPACE_SELECTOR: a namespace that never exists.
+    pub idle_namespace: String,
+    /// Leader NAMESPACE_SELECTOR override.
+    pub namespace_selector: Option<String>,
+    /// Emit the admission policy that forbids creating `idle_namespace`.
+    pub deny_idle_namespace: bool,
+    /// Keep an explicit rollout strategy even when it stops every pod at once.
+    pub keep_strategy: bool,
+    /// No target is not an error.
+    pub allow_none: bool,
+    /// Add no RBAC or PodDisruptionBudget (they come from the chart).
+    pub workload_only: bool,
+    /// Elector container resources; `None` for the built-in requests and limits.
+    pub sidecar_resources: Option<ResourceRequirements>,
+    /// Sidecar securityContext; `None` for the restricted profile (as the app's UID).
+    pub sidecar_security_context: Option<SecurityContext>,
+}
+
+impl InjectOptions {
+    /// The CLI defaults with `image` as the sidecar image.
+    pub fn new(image: impl Into<String>) -> Self {
+        InjectOptions {
+            container: DEFAULT_CONTAINER.into(),
+            image: image.into(),
+            app_command: None,
+            classic_sidecar: false,
+            kinds: vec![WorkloadKind::Deployment],
+            lease_name: None,
+            namespace: None,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(3),
+            probe_port: 8081,
+            toggle_port: 8082,
+            idle_namespace: DEFAULT_IDLE_NAMESPACE.into(),
+            namespace_selector: None,
+            deny_idle_namespace: false,
+            keep_strategy: false,
+            allow_none: false,
+            workload_only: false,
+            sidecar_resources: None,
+            sidecar_security_context: None,
+        }
+    }
+}
+
+impl TryFrom<&InjectArgs> for InjectOptions {
+    type Error = ConfigError;
+
+    fn try_from(args: &InjectArgs) -> Result<Self, ConfigError> {
+        let app_command = args
+            .app_command
+            .as_deref()
+            .map(parse_app_command)
+            .transpose()?;
+        let options = InjectOptions {
+            container: args.container.clone(),
+            image: args.image.clone().unwrap_or_default(),
+            app_command,
+            classic_sidecar: args.classic_sidecar,
+            kinds: args.kinds.clone(),
+            lease_name: args.lease_name.clone(),
+            namespace: args.namespace.clone(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            kill_grace: args.kill_grace,
+            probe_port: args.probe_port,
+            toggle_port: args.toggle_port,
+            idle_namespace: args.idle_namespace.clone(),
+            namespace_selector: args.namespace_selector.clone(),
+            deny_idle_namespace: args.deny_idle_namespace,
+            keep_strategy: args.keep_strategy,
+            allow_none: args.allow_none,
+            workload_only: args.workload_only,
+            sidecar_resources: parse_json_flag(
+                "--sidecar-resources",
+                args.sidecar_resources.as_deref(),
+            )?,
+            sidecar_security_context: parse_json_flag(
+                "--sidecar-security-context",
+                args.sidecar_security_context.as_deref(),
+            )?,
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+/// Parses a flag holding a Kubernetes object as JSON (YAML flow style works too).
+fn parse_json_flag<T: serde::de::DeserializeOwned>(
+    flag: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, ConfigError> {
+    value
+        .map(|text| {
+            serde_norway::from_str(text).map_err(|e| {
+                ConfigError::new(flag, text, format!("not a valid Kubernetes object: {e}"))
+            })
+        })
+        .transpose()
+}
+
+/// Parses `--app-command`: a JSON array of strings, or words separated by whitespace.
+pub fn parse_app_command(s: &str) -> Result<Vec<String>, ConfigError> {
+    let bad = |reason: &str| ConfigError::new("--app-command", s, reason);
+    let words: Vec<String> = if s.trim_start().starts_with('[') {
+        serde_json::from_str(s).map_err(|e| bad(&format!("not a JSON array of strings: {e}")))?
+    } else {
+        s.split_whitespace().map(str::to_owned).collect()
+    };
+    if words.is_empty() || words[0].is_empty() {
+        return Err(bad("must name a program, e.g. 'node --no-warnings src/app.js' or '[\"node\", \"src/app.js\"]'"));
+    }
+    Ok(words)
+}
+
+/// Whether `s` is a DNS-1123 label: what a namespace name must be.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// How to get a sidecar image, for the error that asks for one.
+pub fn image_howto() -> String {
+    format!(
+        "nothing publishes the sidecar image: build it from this repository, push it to a \
+         registry your nodes pull from, and pass it as --image (or ELECTOR_IMAGE). With \
+         Docker: `docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:{VERSION} . \
+         && docker push REGISTRY/passmower-elector:{VERSION}`. Without Docker: \
+         `scripts/build-sidecar-image.sh` builds an OCI archive, then `skopeo copy \
+         oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:{VERSION}`"
+    )
+}
+
+impl InjectOptions {
+    /// Refuses options that would produce manifests the roles refuse at start, pods that can
+    /// never start (no pullable image), or that break the follower's idleness.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let image = self.image.trim();
+        if image.is_empty() {
+            return Err(ConfigError::new(
+                "--image",
+                "",
+                format!("the sidecar image is required; {}", image_howto()),
+            ));
+        }
+        if image
+            .strip_prefix(UNPUBLISHED_IMAGE_REPOSITORY)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '@']))
+        {
+            return Err(ConfigError::new(
+                "--image",
+                image,
+                format!(
+                    "{UNPUBLISHED_IMAGE_REPOSITORY} is a placeholder no pod can pull; {}",
+                    image_howto()
+                ),
+            ));
+        }
+        if image.contains(char::is_whitespace) {
+            return Err(ConfigError::new(
+                "--image",
+                image,
+                "must be an image reference without spaces, e.g. registry.example.com/passmower-elector:0.1.0",
+            ));
+        }
+        if !is_dns1123_label(&self.idle_namespace) {
+            return Err(ConfigError::new(
+                "--idle-namespace",
+                &self.idle_namespace,
+                "must be one namespace name (DNS-1123 label: lowercase letters, digits and '-', \
+                 at most 63, no wildcard or comma) that never exists",
+            ));
+        }
+        if let Some(namespace) = &self.namespace {
+            if !is_dns1123_label(namespace) {
+                return Err(ConfigError::new(
+                    "--namespace",
+                    namespace,
+                    "must be a namespace name (DNS-1123 label)",
+                ));
+            }
+        }
+        if self.container.is_empty() {
+            return Err(ConfigError::new("--container", "", "must not be empty"));
+        }
+        if self.kinds.is_empty() {
+            return Err(ConfigError::new("--kind", "", "name at least one kind"));
+        }
+        if let Some(name) = &self.lease_name {
+            if !is_dns1123_subdomain(name) {
+                return Err(ConfigError::new(
+                    "--lease-name",
+                    name,
+                    "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')",
+                ));
+            }
+        }
+        if let Some(selector) = &self.namespace_selector {
+            if selector.trim().is_empty() {
+                return Err(ConfigError::new(
+                    "--namespace-selector",
+                    selector,
+                    "must not be empty (use `*` for all namespaces)",
+                ));
+            }
+        }
+        if self.probe_port == 0 || self.toggle_port == 0 || self.probe_port == self.toggle_port {
+            return Err(ConfigError::new(
+                "--toggle-port",
+                self.toggle_port.to_string(),
+                format!(
+                    "the probe port ({}) and the toggle port must be distinct and non-zero",
+                    self.probe_port
+                ),
+            ));
+        }
+        // The same safety rule `elect` enforces at start: the old leader's app has stopped
+        // (grant lapsed at R, killed by R + K) before a candidate may take over at D.
+        let margin = Duration::from_secs(1);
+        let (d, r, p, k) = (
+            self.lease_duration,
+            self.renew_deadline,
+            self.retry_period,
+            self.kill_grace,
+        );
+        if r + k + margin >= d {
+            return Err(ConfigError::new(
+                "--renew-deadline",
+                config::human(r),
+                format!(
+                    "renew deadline + kill grace + 1s margin must be less than the lease duration \
+                     ({} + {} + 1s >= {})",
+                    config::human(r),
+                    config::human(k),
+                    config::human(d)
+                ),
+            ));
+        }
+        if p >= r {
+            return Err(ConfigError::new(
+                "--retry-period",
+                config::human(p),
+                format!(
+                    "must be less than the renew deadline ({})",
+                    config::human(r)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> InjectOptions {
+        InjectOptions::new("registry.example.com/passmower-elector:0.1.0")
+    }
+
+    #[test]
+    fn dns1123_labels() {
+        assert!(is_dns1123_label(DEFAULT_IDLE_NAMESPACE));
+        assert!(is_dns1123_label("a"));
+        assert!(is_dns1123_label("a-1"));
+        for bad in ["", "*", "a,b", "-a", "a-", "A", "a.b", &"a".repeat(64)] {
+            assert!(!is_dns1123_label(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn idle_namespace_is_validated_naming_the_flag() {
+        let opts = InjectOptions {
+            idle_namespace: "idle,*".into(),
+            ..opts()
+        };
+        let err = opts.validate().unwrap_err();
+        assert_eq!(err.flag, "--idle-namespace");
+    }
+
+    #[test]
+    fn unsafe_timings_are_refused() {
+        let bad = InjectOptions {
+            renew_deadline: Duration::from_secs(12),
+            ..opts()
+        };
+        assert_eq!(bad.validate().unwrap_err().flag, "--renew-deadline");
+        assert!(opts().validate().is_ok());
+    }
+
+    #[test]
+    fn the_image_is_required_and_the_placeholder_refused() {
+        for image in ["", "  "] {
+            let err = InjectOptions::new(image).validate().unwrap_err();
+            assert_eq!(err.flag, "--image");
+            assert!(err.reason.contains("Dockerfile.sidecar"), "{err}");
+            assert!(err.reason.contains("skopeo copy"), "{err}");
+        }
+        for image in [
+            "ghcr.io/passmower/passmower-elector:0.1.0",
+            "ghcr.io/passmower/passmower-elector",
+            "ghcr.io/passmower/passmower-elector@sha256:00",
+        ] {
+            let err = InjectOptions::new(image).validate().unwrap_err();
+            assert!(err.reason.contains("placeholder"), "{image}: {err}");
+        }
+        assert!(
+            InjectOptions::new("ghcr.io/passmower/passmower-elector-fork:1")
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn app_command_forms() {
+        assert_eq!(
+            parse_app_command("node --no-warnings src/app.js").unwrap(),
+            super::super::PASSMOWER_APP_COMMAND
+        );
+        assert_eq!(
+            parse_app_command(r#"["sh", "-c", "exec a b"]"#).unwrap(),
+            ["sh", "-c", "exec a b"]
+        );
+        assert!(parse_app_command("  ").is_err());
+        assert!(parse_app_command("[1]").is_err());
+        assert!(parse_app_command("[]").is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! Every command the README and the retrofit example mark `<!-- tested: NAME -->` runs as
+//! written, in bash, against a real kube-apiserver of its own (the upstream chart's CRDs and
+//! ClusterRole are cluster-wide, so two installs would collide): Helm 3, Helm 4 with its
+//! plugin, kustomize, and kubectl on a live install. The text must name the upstream chart as
+//! users install it (`oci://ghcr.io/passmower/charts/passmower --version 1.3.0`); here that
+//! reference resolves to the upstream chart directory, and installs skip the chart's hook Job
+//! (no kubelet runs it), as tests/inject_support/tools.rs explains. Then the result is checked
+//! on the server.
+
+mod inject_support;
+mod support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use inject_support::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
+use support::Cluster;
+
+/// One private control plane at a time: these are the slow tests of the binary.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const README: &str = include_str!("../README.md");
+const EXAMPLE: &str = include_str!("../examples/retrofit-passmower/README.md");
+
+fn block(markdown: &str, name: &str) -> String {
+    tested_blocks(markdown)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, body)| body)
+        .unwrap_or_else(|| panic!("no block marked `<!-- tested: {name} -->`"))
+}
+
+#[test]
+fn the_docs_name_upstream_as_users_install_it() {
+    let names =
+        |md: &str| -> Vec<String> { tested_blocks(md).into_iter().map(|(n, _)| n).collect() };
+    assert_eq!(names(README), ["helm3", "helm4"]);
+    assert_eq!(names(EXAMPLE), ["helm3", "helm4", "kustomize", "kubectl"]);
+    for (file, text) in [
+        ("README.md", README),
+        ("examples/retrofit-passmower/README.md", EXAMPLE),
+    ] {
+        for (name, body) in tested_blocks(text) {
+            if body.contains("helm ") && body.contains("passmower ") {
+                assert!(
+                    body.contains(&format!("{UPSTREAM_OCI} --version {UPSTREAM_VERSION}")),
+                    "{file} {name}: installs Passmower from somewhere else:\n{body}"
+                );
+            }
+        }
+        for stale in ["2.2.0", "codemowers/passmower", "passmower/passmower "] {
+            assert!(!text.contains(stale), "{file} still says {stale:?}");
+        }
+        // The wrapper script an older --help named; the policy names start with it too.
+        assert!(
+            !text
+                .replace("passmower-elector-inject.", "")
+                .contains("passmower-elector-inject"),
+            "{file} names a passmower-elector-inject wrapper"
+        );
+    }
+    let help = inject_support::run(&["inject", "--help"], "", &[]).stdout;
+    assert!(!help.contains("passmower-elector-inject"), "{help}");
+    assert!(
+        help.contains("--post-renderer passmower-elector --post-renderer-args inject"),
+        "{help}"
+    );
+    assert!(
+        help.contains("helm plugin install examples/retrofit-passmower/helm4-plugin"),
+        "{help}"
+    );
+}
+
+/// What a successful retrofit leaves on the server: the injected Deployment (its sidecar
+/// image the one the docs set) and, unless `workload_only`, the Role and budget.
+fn assert_retrofitted(sandbox: &Sandbox, namespace: &str, rbac: bool) {
+    let ran = sandbox.ok(&format!(
+        "kubectl -n {namespace} get deployment passmower -o json"
+    ));
+    let deployment: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
+    assert_eq!(
+        deployment["metadata"]["annotations"]["passmower-elector.io/injected"],
+        passmower_elector::inject::VERSION
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let elector = pod["initContainers"]
+        .as_array()
+        .expect("initContainers")
+        .iter()
+        .find(|c| c["name"] == "passmower-elector")
+        .expect("the elector sidecar");
+    assert_eq!(
+        elector["image"],
+        "registry.example.com/passmower-elector:0.1.0"
+    );
+    assert_eq!(elector["restartPolicy"], "Always");
+    assert_eq!(
+        pod["containers"][0]["image"],
+        format!("ghcr.io/passmower/passmower:{UPSTREAM_VERSION}")
+    );
+    if rbac {
+        sandbox.ok(&format!(
+            "kubectl -n {namespace} get role/passmower-elector rolebinding/passmower-elector poddisruptionbudget/passmower"
+        ));
+    }
+}
+
+fn run_helm_block(markdown: &str, helm: Helm, name: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(helm, &cluster.admin_kubeconfig());
+    sandbox.ok(&block(markdown, name));
+    assert_retrofitted(&sandbox, "passmower", true);
+    // The policy the docs ask for, named for this install.
+    sandbox
+        .ok("kubectl get validatingadmissionpolicy passmower-elector-inject.passmower.passmower");
+    // The admission plugin learns of a new policy a moment after it is created.
+    let refused = sandbox.bash(
+        "for i in $(seq 100); do\n\
+         \x20 if ! out=$(kubectl create namespace passmower-elector-idle-never-create --dry-run=server 2>&1); then\n\
+         \x20   echo \"$out\" >&2; exit 0\n\
+         \x20 fi\n\
+         \x20 sleep 0.1\n\
+         done\n\
+         exit 1",
+        Duration::from_secs(60),
+    );
+    assert!(
+        refused.success && refused.stderr.contains("reserved by passmower-elector"),
+        "the idle namespace can be created: {}",
+        refused.stderr
+    );
+    // Running the same command again (an upgrade) changes nothing that matters and succeeds.
+    let again = block(markdown, name).replace("helm plugin install", "true || helm plugin install");
+    sandbox.ok(&again);
+    assert_retrofitted(&sandbox, "passmower", true);
+}
+
+#[test]
+fn readme_helm3() {
+    run_helm_block(README, Helm::V3, "helm3");
+}
+
+#[test]
+fn readme_helm4() {
+    run_helm_block(README, Helm::V4, "helm4");
+}
+
+#[test]
+fn example_helm3() {
+    run_helm_block(EXAMPLE, Helm::V3, "helm3");
+}
+
+#[test]
+fn example_helm4() {
+    run_helm_block(EXAMPLE, Helm::V4, "helm4");
+}
+
+/// The GitOps path: the Component rendered by the real kustomize, applied server-side.
+#[test]
+fn example_kustomize() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
+    sandbox.ok(&block(EXAMPLE, "kustomize"));
+    assert_retrofitted(&sandbox, "passmower", true);
+    sandbox
+        .ok("kubectl get validatingadmissionpolicy passmower-elector-inject.passmower.passmower");
+    // Flux gets the same patches as the Component.
+    let read = |f: &str| {
+        std::fs::read_to_string(sandbox.root().join("passmower-elector").join(f)).expect(f)
+    };
+    let component: serde_json::Value =
+        serde_norway::from_str(&read("kustomization.yaml")).expect("YAML");
+    let flux: serde_json::Value =
+        serde_norway::from_str(&read("flux-postrenderers.yaml")).expect("YAML");
+    assert_eq!(
+        flux["postRenderers"][0]["kustomize"]["patches"],
+        component["patches"]
+    );
+}
+
+/// kubectl on a live install, as one object (the documented command) and as the `kind: List`
+/// that `kubectl get deployments -o yaml` prints.
+#[test]
+fn example_kubectl() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
+    // A live install made without the post-renderer.
+    sandbox.ok(&format!(
+        "helm upgrade --install passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} -n passmower \
+         --create-namespace --set passmower.host=auth.example.com"
+    ));
+    sandbox.ok(&block(EXAMPLE, "kubectl"));
+    assert_retrofitted(&sandbox, "passmower", true);
+
+    // The List form, first as a server-side dry run, then for real.
+    sandbox.ok(&format!(
+        "kubectl create namespace list\n\
+         helm template passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} --show-only templates/deployment.yaml \
+           | kubectl -n list create -f -\n\
+         kubectl -n list get deployments -o yaml >live.yaml\n\
+         grep -q '^kind: List' live.yaml\n\
+         passmower-elector inject --image registry.example.com/passmower-elector:0.1.0 -f live.yaml >injected.yaml\n\
+         kubectl apply --dry-run=server -f injected.yaml\n\
+         kubectl apply -f injected.yaml"
+    ));
+    assert_retrofitted(&sandbox, "list", true);
+}
+
+/// Helm 4 shows why inject failed (it hides the plugin's stderr), and installs nothing.
+#[test]
+fn helm4_shows_why_inject_failed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(Helm::V4, &cluster.admin_kubeconfig());
+    sandbox.ok("helm plugin install examples/retrofit-passmower/helm4-plugin");
+    let cases = [
+        ("", "the sidecar image is required"),
+        ("--post-renderer-args=--image=registry.example.com/passmower-elector:0.1.0 --post-renderer-args=--container=nope", "no target found"),
+        ("--post-renderer-args=--imagee=x", "--imagee"),
+    ];
+    for (args, reason) in cases {
+        let ran = sandbox.bash(
+            &format!(
+                "helm upgrade --install passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} -n passmower \
+                 --create-namespace --post-renderer passmower-elector {args}"
+            ),
+            Duration::from_secs(120),
+        );
+        assert!(!ran.success, "{args}: installed");
+        assert!(
+            ran.stderr.contains("passmower-elector inject failed: ") && ran.stderr.contains(reason),
+            "{args}: Helm 4 does not show {reason:?}:\n{}",
+            ran.stderr
+        );
+    }
+    let releases = sandbox.ok("helm list -A -q");
+    assert_eq!(releases.stdout.trim(), "", "a failed inject left a release");
+}
