@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The end-to-end tests on a real one-node Kubernetes, all of them: builds (or finds in the cache)
-# the control plane, the node binaries, the images and helm, then runs tests/node_smoke.rs and
-# tests/real_pods.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
-# marked ignored (today: the apiserver-outage readiness test, which fails until the elector's
-# readiness stops depending on the API — issue 9).
+# the control plane, the node binaries, the images and helm, then runs tests/node_smoke.rs,
+# tests/webhook_node.rs and tests/real_pods.rs with PME_REAL_PODS_ROUNDS rounds per fault
+# (default 3), including the tests marked ignored (today: the apiserver-outage readiness test,
+# which fails until the elector's readiness stops depending on the API — issue 9). Cargo runs
+# the test binaries one after another, each with a node of its own.
 #
 #   scripts/real-pods.sh                       # everything, 3 rounds per fault
 #   PME_REAL_PODS_ROUNDS=1 scripts/real-pods.sh --test real_pods -- faults
@@ -29,7 +30,7 @@ mkdir -p "$(dirname "$PME_REAL_PODS_REPORT")"
 if (($#)); then
   args=("$@")
 else
-  args=(--test node_smoke --test real_pods -- --include-ignored --skip hold_for_a_look --skip demo_)
+  args=(--test node_smoke --test webhook_node --test real_pods -- --include-ignored --skip hold_for_a_look --skip demo_)
 fi
 status=0
 cargo test --features real-pods "${args[@]}" || status=$?

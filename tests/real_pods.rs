@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use support_node::audit::{self, now_us};
 use support_node::passmower::{self, Install, APP_CONTAINER};
-use support_node::{pods, Node};
+use support_node::single_writer::{assert_one_operator, assert_single_writer};
+use support_node::{pods, report, Node};
 
 /// The tests change the one install (faults, restarts): one at a time. (tokio's Mutex: the
 /// guard is held across awaits, and a failed test does not poison it.)
@@ -43,82 +44,11 @@ async fn install(node: &Node) -> Install {
     INSTALL.get_or_init(|| i).clone()
 }
 
-/// Prints a line and appends it to the report file (`PME_REAL_PODS_REPORT`, default
-/// `target/real-pods-report.txt`).
-fn report(line: &str) {
-    println!("{line}");
-    let path = std::env::var_os("PME_REAL_PODS_REPORT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(
-                &std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
-            )
-            .join("real-pods-report.txt")
-        });
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-    {
-        use std::io::Write;
-        let _ = writeln!(f, "{line}");
-    }
-}
-
-/// `NAMESPACE_SELECTOR` of the running Passmower process (`node ... src/app.js`) in `pod`.
-fn app_selector(node: &Node, pod: &Pod) -> Option<String> {
-    let id = pods::container_id(pod, APP_CONTAINER)?;
-    for pid in node.container_pids(&id) {
-        // Passmower itself, not `supervise ... -- node ... src/app.js` (its parent).
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        if argv
-            .first()
-            .map(|a| a.rsplit(|b| *b == b'/').next() == Some(b"node"))
-            != Some(true)
-            || !argv.iter().any(|a| *a == b"src/app.js")
-        {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        return environ
-            .split(|b| *b == 0)
-            .filter_map(|kv| std::str::from_utf8(kv).ok())
-            .find_map(|kv| kv.strip_prefix("NAMESPACE_SELECTOR="))
-            .map(str::to_owned);
-    }
-    None
-}
-
-/// Asserts the whole audit log so far: no two pods' leadership overlaps, and every operator
-/// write by Passmower's ServiceAccount came from the pod that led at that instant.
-fn assert_single_writer(node: &Node, install: &Install) -> Vec<audit::Tenure> {
-    let writes = audit::read(&node.audit_log());
-    let tenures = audit::tenures(
-        &writes,
-        &install.namespace,
-        passmower::NAME,
-        install.bound_us(),
-        now_us(),
-    );
-    let bad = audit::single_writer_violations(&writes, &tenures, &install.user());
-    assert!(
-        bad.is_empty(),
-        "single-writer violations:\n{}\ntenures: {tenures:#?}",
-        bad.join("\n")
-    );
-    tenures
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_reconciles_with_the_real_selector() {
     let _serial = serial().await;
     let node = Node::shared();
     let install = install(node).await;
-    let client = node.admin_client().await;
 
     // The retrofit is there: the chart's Deployment, rewritten by inject.
     assert!(
@@ -127,96 +57,7 @@ async fn one_replica_reconciles_with_the_real_selector() {
         install.manifest
     );
 
-    let leader = install.leader_pod(&client).await.expect("a leader pod");
-    let leader_name = leader.metadata.name.clone().unwrap_or_default();
-    let mut selectors = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let ok = loop {
-        selectors.clear();
-        for p in install.pods(&client).await {
-            selectors.insert(
-                p.metadata.name.clone().unwrap_or_default(),
-                app_selector(node, &p),
-            );
-        }
-        let leaders = selectors
-            .values()
-            .filter(|s| s.as_deref() == Some(install.namespace.as_str()))
-            .count();
-        if leaders == 1 && selectors.values().all(Option::is_some) {
-            break true;
-        }
-        if Instant::now() > deadline {
-            break false;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    assert!(
-        ok,
-        "want exactly one Passmower process with NAMESPACE_SELECTOR={}: {selectors:?}",
-        install.namespace
-    );
-    assert_eq!(
-        selectors.get(&leader_name).cloned().flatten().as_deref(),
-        Some(install.namespace.as_str()),
-        "the real selector is not in the Lease holder's pod {leader_name}: {selectors:?}"
-    );
-    report(&format!("selectors: {selectors:?} (leader {leader_name})"));
-
-    // An OIDCClient created through the API is reconciled, by the leader pod only.
-    let t0 = Instant::now();
-    install.create_client(&client, "first").await;
-    let reconciled =
-        support::wait_until_async(Duration::from_secs(60), Duration::from_millis(100), || {
-            install.client_reconciled(&client, "first")
-        })
-        .await;
-    assert!(reconciled, "OIDCClient first not reconciled in 60s");
-    report(&format!(
-        "first OIDCClient reconciled {:.0} ms after its creation",
-        t0.elapsed().as_secs_f64() * 1000.0
-    ));
-    // Let late writes (e.g. a second status patch) reach the log before reading it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes = audit::read(&node.audit_log());
-    let leader_ip = pods::pod_ip(&leader).expect("leader IP");
-    let secret = passmower::secret_name("first");
-    let touching: Vec<&audit::Write> = writes
-        .iter()
-        .filter(|w| w.user == install.user() && w.is_operator_write() && w.succeeded())
-        .filter(|w| {
-            (w.resource == "oidcclients" && w.name == "first")
-                || (w.resource == "secrets" && w.name == secret)
-        })
-        .collect();
-    assert!(
-        !touching.is_empty(),
-        "no operator write for OIDCClient first in the audit log"
-    );
-    for w in &touching {
-        assert_eq!(
-            w.source_ip, leader_ip,
-            "OIDCClient first was written by {} (not the leader {leader_name} at {leader_ip}): {w:?}",
-            w.source_ip
-        );
-    }
-    let secret_creates = touching
-        .iter()
-        .filter(|w| w.resource == "secrets" && w.verb == "create")
-        .count();
-    assert_eq!(
-        secret_creates, 1,
-        "the client's Secret was created {secret_creates} times"
-    );
-    report(&format!(
-        "first OIDCClient: {} operator writes, all from the leader {leader_name} ({leader_ip}): {:?}",
-        touching.len(),
-        touching
-            .iter()
-            .map(|w| format!("{} {}{}", w.verb, w.resource, if w.subresource.is_empty() { String::new() } else { format!("/{}", w.subresource) }))
-            .collect::<Vec<_>>()
-    ));
-    assert_single_writer(node, &install);
+    assert_one_operator(node, &install, "first").await;
 }
 
 /// The faults of issue 8, each injected into the pod that leads at the time.

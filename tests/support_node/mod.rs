@@ -18,6 +18,7 @@ pub mod http;
 pub mod netns;
 pub mod passmower;
 pub mod pods;
+pub mod single_writer;
 
 use std::collections::HashSet;
 use std::fs;
@@ -337,6 +338,31 @@ fn env_dir(var: &str, script: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(
         stdout.lines().last().unwrap_or_default().trim(),
     ))
+}
+
+/// Prints a line and appends it to the real-pod report file (`PME_REAL_PODS_REPORT`, default
+/// `target/real-pods-report.txt`).
+pub fn report(line: &str) {
+    println!("{line}");
+    let path = std::env::var_os("PME_REAL_PODS_REPORT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(
+                &std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
+            )
+            .join("real-pods-report.txt")
+        });
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 /// `../shared/upstream/passmower` beside the repository, or `PME_UPSTREAM`.

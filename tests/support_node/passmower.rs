@@ -1,7 +1,8 @@
 //! The real Passmower on the node: installed from its upstream chart
 //! (`../shared/upstream/passmower/charts/passmower`) by helm, with `passmower-elector inject`
-//! as the post-renderer, exactly as an operator would retrofit it; and what the tests ask of
-//! it (its pods, the leader, OIDCClients and whether they were reconciled).
+//! as the post-renderer or with none (the webhook injects the pods), exactly as an operator
+//! would retrofit it; and what the tests ask of it (its pods, the leader, OIDCClients, whether
+//! they were reconciled, and whether only the leader wrote).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -58,11 +59,37 @@ pub struct Install {
     pub manifest: String,
 }
 
+/// How the elector gets into Passmower's pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retrofit {
+    /// `helm install --post-renderer` running `passmower-elector inject`: the Deployment
+    /// itself carries the elector, and inject adds the Role, RoleBinding and budget.
+    PostRenderer,
+    /// The upstream chart as it is: the namespace opted in to the admission webhook, which
+    /// injects each pod; the Role, RoleBinding and budget come from the passmower-elector
+    /// chart, installed before.
+    Webhook,
+}
+
 impl Install {
     /// Installs Passmower into a new namespace `namespace` with `replicas` replicas and Redis
-    /// database `redis_db`, and waits until every replica is Ready.
+    /// database `redis_db`, retrofitted by the post-renderer, and waits until every replica
+    /// is Ready.
     pub async fn install(node: &Node, namespace: &str, replicas: i32, redis_db: u32) -> Install {
         let ns = node.new_namespace(namespace).await;
+        Self::install_into(node, &ns, replicas, redis_db, Retrofit::PostRenderer).await
+    }
+
+    /// Installs Passmower into the existing namespace `ns` (see [`Install::install`]), the
+    /// elector brought in by `retrofit`.
+    pub async fn install_into(
+        node: &Node,
+        ns: &str,
+        replicas: i32,
+        redis_db: u32,
+        retrofit: Retrofit,
+    ) -> Install {
+        let ns = ns.to_owned();
         let (sidecar, _) = node.sidecar_image();
         let image = node.passmower_image();
         let client = node.admin_client().await;
@@ -70,7 +97,6 @@ impl Install {
 
         let dir = node.layout.path(&format!("helm-{ns}"));
         fs::create_dir_all(&dir).expect("mkdir helm dir");
-        let renderer = post_renderer(&dir, &sidecar, TIMINGS);
         let (repository, tag) = image.rsplit_once(':').expect("image has a tag");
         let chart = super::upstream_dir().join("charts/passmower");
         let sets = [
@@ -98,9 +124,11 @@ impl Install {
             .args(["--namespace", &ns])
             // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
             // npm registry (see build-node-images.sh); the oidc-keys Secret is made above.
-            .arg("--no-hooks")
-            .arg("--post-renderer")
-            .arg(&renderer);
+            .arg("--no-hooks");
+        if retrofit == Retrofit::PostRenderer {
+            helm.arg("--post-renderer")
+                .arg(post_renderer(&dir, &sidecar, TIMINGS));
+        }
         for s in &sets {
             helm.arg("--set").arg(s);
         }
@@ -429,7 +457,7 @@ pub fn helm_binary() -> PathBuf {
     )
 }
 
-fn helm_cmd(node: &Node, dir: &Path) -> Command {
+pub fn helm_cmd(node: &Node, dir: &Path) -> Command {
     let mut c = Command::new(helm_binary());
     c.env("KUBECONFIG", node.admin_kubeconfig())
         // Helm's own state (repositories, cache) stays in the run's directory.
