@@ -7,6 +7,7 @@
 //! post-renderer's stderr nor anything but the manifests.
 
 mod failure;
+pub mod fence;
 mod identity;
 mod kustomize;
 mod monitor;
@@ -111,7 +112,7 @@ pub struct Injected {
     pub warnings: Vec<String>,
     /// Every object rewritten (workloads, PodMonitors), in stream order.
     pub rewrites: Vec<Rewrite>,
-    /// Every object added (Role, RoleBinding, PodDisruptionBudget, admission policy).
+    /// Every object added (Role, RoleBinding, PodDisruptionBudget, admission policies).
     pub added: Vec<Value>,
 }
 
@@ -226,6 +227,32 @@ impl Run<'_> {
                 .iter()
                 .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);
             generated = rbac::companions(&info, !has_own_pdb);
+        }
+        if !opts.workload_only && opts.fence {
+            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: "names no namespace, and the write fence (a cluster-wide admission \
+                             policy) must name the namespace of its ServiceAccount and Lease: \
+                             pass --namespace NAMESPACE (the release namespace: helm gives a \
+                             post-renderer none), or --no-fence to install without it"
+                        .into(),
+                });
+            };
+            let target = fence::FenceTarget {
+                namespace,
+                service_account: &info.service_account,
+                lease: &info.lease,
+            };
+            let name = fence::fence_policy_name(namespace, &info.name);
+            let generated_for = format!("{}/{}", info.kind.as_str(), info.name);
+            for object in fence::write_fence(&name, &target, &generated_for) {
+                generated.push(rbac::Generated {
+                    value: object,
+                    notes: Vec::new(),
+                });
+            }
         }
         if opts.deny_idle_namespace {
             let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
