@@ -154,6 +154,37 @@ fn the_fence_needs_a_namespace() {
     );
 }
 
+/// A workload injected by a build before the fence has no POD_UID on its elector, so its
+/// holder identity names no pod UID and the fence would refuse every operator write of its
+/// leader: inject says so instead of adding a fence to it.
+#[test]
+fn an_earlier_injection_without_the_pod_uid_gets_no_fence() {
+    let current = golden("already-injected.in.yaml");
+    let pod_uid_env = "        - name: POD_UID\n          valueFrom:\n            fieldRef:\n              fieldPath: metadata.uid\n";
+    assert_eq!(
+        current.matches(pod_uid_env).count(),
+        1,
+        "the golden changed"
+    );
+    let earlier = current.replace(pod_uid_env, "");
+    let stderr = refused(&["inject", "--namespace", "auth"], &earlier, &[]);
+    for needle in [
+        "POD_UID",
+        "write fence",
+        "--no-fence",
+        "Deployment/passmower",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The current output, and the earlier one without the fence, pass.
+    for (input, extra) in [(&current, None), (&earlier, Some("--no-fence"))] {
+        let mut args = vec!["--namespace", "auth"];
+        args.extend(extra);
+        let out = inject(&args, input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{args:?}: {}", out.stderr);
+    }
+}
+
 /// No default image: nothing publishes one, so a default would leave every pod in Init. The
 /// refusal says how to build and push one, both ways.
 #[test]

@@ -229,6 +229,19 @@ impl Run<'_> {
             generated = rbac::companions(&info, !has_own_pdb);
         }
         if !opts.workload_only && opts.fence {
+            if matches!(outcome, Outcome::Unchanged) && !elector_knows_its_pod_uid(value) {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: format!(
+                        "was injected by an earlier passmower-elector whose {ELECTOR_CONTAINER} \
+                         container has no POD_UID, so its holder identity names no pod UID and \
+                         the write fence would refuse every operator write of its leader: \
+                         inject the original manifests (the chart's output) again, or pass \
+                         --no-fence"
+                    ),
+                });
+            }
             let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
                 return Err(InjectError::Manifest {
                     document,
@@ -430,6 +443,22 @@ pub fn compatible(found: &str, ours: &str) -> bool {
         Some(if major == 0 { (0, minor) } else { (major, 0) })
     }
     matches!((line(found), line(ours)), (Some(a), Some(b)) if a == b)
+}
+
+/// Whether the elector container of an injected workload's pod template sets `POD_UID`, which
+/// the write fence needs in the holder identity (output of builds before the fence lacks it).
+fn elector_knows_its_pod_uid(workload: &Value) -> bool {
+    let spec = &workload["spec"]["template"]["spec"];
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| spec[*list].as_sequence())
+        .flatten()
+        .filter(|c| c["name"].as_str() == Some(ELECTOR_CONTAINER))
+        .any(|c| {
+            c["env"]
+                .as_sequence()
+                .is_some_and(|env| env.iter().any(|e| e["name"].as_str() == Some("POD_UID")))
+        })
 }
 
 /// The `inject` role: read, inject, print (or write the kustomize Component) only on success.
