@@ -70,7 +70,7 @@ impl Install {
 
         let dir = node.layout.path(&format!("helm-{ns}"));
         fs::create_dir_all(&dir).expect("mkdir helm dir");
-        let renderer = post_renderer(&dir, &sidecar, TIMINGS);
+        let renderer = post_renderer(&dir, &sidecar, &ns, TIMINGS);
         let (repository, tag) = image.rsplit_once(':').expect("image has a tag");
         let chart = super::upstream_dir().join("charts/passmower");
         let sets = [
@@ -387,15 +387,17 @@ fn random_hex(bytes: usize) -> String {
 
 /// The post-renderer: a wrapper that runs this build's `passmower-elector inject` with the
 /// test image and timings (helm 3 passes no arguments of its own to a post-renderer).
-fn post_renderer(dir: &Path, sidecar_image: &str, t: Timings) -> PathBuf {
+/// `--namespace`: helm gives a post-renderer no namespace, and the write fence inject adds
+/// names the ServiceAccount's and the Lease's.
+fn post_renderer(dir: &Path, sidecar_image: &str, namespace: &str, t: Timings) -> PathBuf {
     let path = dir.join("inject-post-renderer.sh");
     let bin = env!("CARGO_BIN_EXE_passmower-elector");
     let d = |d: Duration| format!("{}ms", d.as_millis());
     fs::write(
         &path,
         format!(
-            "#!/bin/sh\nexec {bin} inject --image {sidecar_image} --lease-duration {} \
-             --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"\n",
+            "#!/bin/sh\nexec {bin} inject --image {sidecar_image} --namespace {namespace} \
+             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"\n",
             d(t.lease_duration),
             d(t.renew_deadline),
             d(t.retry_period),
