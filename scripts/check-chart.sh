@@ -13,7 +13,7 @@ helm="${HELM:-$(bash scripts/build-helm.sh | tail -1)}"
 chart=charts/passmower-elector
 image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
-"$helm" lint --strict "$chart" "${image[@]}" --set denyIdleNamespace=false,classicSidecar=true
+"$helm" lint --strict "$chart" "${image[@]}" --set denyIdleNamespace=false,classicSidecar=true,fence.enabled=false
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -41,7 +41,8 @@ refuse() {
 refuse "a missing image" "image.repository is required"
 refuse "the unpublished placeholder image" "placeholder" --set image.repository=ghcr.io/passmower/passmower-elector
 refuse "an invalid idleNamespace" "idleNamespace" "${image[@]}" --set idleNamespace='a*'
-# kubeVersion: the idle-namespace policy's API is GA in 1.30.
+# kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA
+# in 1.30.
 refuse "Kubernetes 1.29" "kubeVersion" "${image[@]}" --kube-version 1.29.0
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" --kube-version 1.30.0 >/dev/null
 # NOTES.txt rendered as a normal template in a scratch copy of the chart.

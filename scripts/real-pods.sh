@@ -2,9 +2,8 @@
 # The end-to-end tests on a real one-node Kubernetes, all of them: builds (or finds in the cache)
 # the control plane, the node binaries, the images and helm, then runs tests/node_smoke.rs,
 # tests/webhook_node.rs and tests/real_pods.rs with PME_REAL_PODS_ROUNDS rounds per fault
-# (default 3), including the tests marked ignored (today: the apiserver-outage readiness test,
-# which fails until the elector's readiness stops depending on the API — issue 9). Cargo runs
-# the test binaries one after another, each with a node of its own.
+# (default 3), including the tests marked ignored (but the hold-for-a-look and the demo, which
+# are for people). Cargo runs the test binaries one after another, each with a node of its own.
 #
 #   scripts/real-pods.sh                       # everything, 3 rounds per fault
 #   PME_REAL_PODS_ROUNDS=1 scripts/real-pods.sh --test real_pods -- faults

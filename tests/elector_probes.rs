@@ -174,7 +174,11 @@ fn the_injected_sidecar_does_not_gate_pod_readiness_on_the_api() {
     )
     .expect("golden input");
     for extra in [&[][..], &["--classic-sidecar"][..]] {
-        let mut args = vec!["inject", "--image=registry.example/passmower-elector:0.1.0"];
+        let mut args = vec![
+            "inject",
+            "--image=registry.example/passmower-elector:0.1.0",
+            "--namespace=auth",
+        ];
         args.extend_from_slice(extra);
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
             .args(&args)

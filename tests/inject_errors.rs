@@ -115,8 +115,74 @@ fn foreign_object_with_a_generated_name_is_refused() {
         "{}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: passmower-elector\nrules: []\n",
         golden("passmower.in.yaml")
     );
-    let stderr = refused(&["inject"], &input, &[]);
+    let stderr = refused(&["inject", "--no-fence"], &input, &[]);
     assert!(stderr.contains("Role passmower-elector"), "{stderr}");
+}
+
+/// The write fence is cluster-wide and names the namespace of Passmower's ServiceAccount and
+/// Lease: without one (helm gives a post-renderer none) inject says how to give it, or how to go
+/// without the fence, rather than emit a fence that guards nobody.
+#[test]
+fn the_fence_needs_a_namespace() {
+    let stderr = refused(&["inject"], &golden("passmower.in.yaml"), &[]);
+    for needle in [
+        "write fence",
+        "--namespace",
+        "--no-fence",
+        "Deployment/passmower",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    for ok in [
+        vec!["inject", "--namespace", "auth"],
+        vec!["inject", "--no-fence"],
+        vec!["inject", "--workload-only"],
+    ] {
+        let out = inject(&ok[1..], &golden("passmower.in.yaml"), &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{ok:?}: {}", out.stderr);
+    }
+    let out = inject(
+        &[],
+        &golden("passmower.in.yaml"),
+        &[("ELECTOR_NO_FENCE", "true")],
+    );
+    assert_eq!(
+        out.status,
+        ExitStatus::Code(0),
+        "ELECTOR_NO_FENCE: {}",
+        out.stderr
+    );
+}
+
+/// A workload injected by a build before the fence has no POD_UID on its elector, so its
+/// holder identity names no pod UID and the fence would refuse every operator write of its
+/// leader: inject says so instead of adding a fence to it.
+#[test]
+fn an_earlier_injection_without_the_pod_uid_gets_no_fence() {
+    let current = golden("already-injected.in.yaml");
+    let pod_uid_env = "        - name: POD_UID\n          valueFrom:\n            fieldRef:\n              fieldPath: metadata.uid\n";
+    assert_eq!(
+        current.matches(pod_uid_env).count(),
+        1,
+        "the golden changed"
+    );
+    let earlier = current.replace(pod_uid_env, "");
+    let stderr = refused(&["inject", "--namespace", "auth"], &earlier, &[]);
+    for needle in [
+        "POD_UID",
+        "write fence",
+        "--no-fence",
+        "Deployment/passmower",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The current output, and the earlier one without the fence, pass.
+    for (input, extra) in [(&current, None), (&earlier, Some("--no-fence"))] {
+        let mut args = vec!["--namespace", "auth"];
+        args.extend(extra);
+        let out = inject(&args, input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{args:?}: {}", out.stderr);
+    }
 }
 
 /// No default image: nothing publishes one, so a default would leave every pod in Init. The
@@ -135,7 +201,7 @@ fn the_sidecar_image_is_required() {
     }
     // The variable works as the flag does.
     let out = run(
-        &["inject"],
+        &["inject", "--namespace", "auth"],
         &golden("passmower.in.yaml"),
         &[("ELECTOR_IMAGE", IMAGE)],
     );

@@ -41,7 +41,11 @@ fn inject_ok(args: &[&str], input: &str) -> String {
 
 #[test]
 fn passmower_deployment_gets_sidecar_supervisor_and_rbac() {
-    let output = inject_ok(&["inject"], &golden("passmower.in.yaml"));
+    // `helm template` output names no namespace: the write fence needs it.
+    let output = inject_ok(
+        &["inject", "--namespace", "auth"],
+        &golden("passmower.in.yaml"),
+    );
     check_golden("passmower.out.yaml", &output);
     // The main container no longer carries NAMESPACE_SELECTOR: the supervisor sets it per mode.
     let docs: Vec<&str> = output.split("\n---\n").collect();
@@ -53,6 +57,21 @@ fn passmower_deployment_gets_sidecar_supervisor_and_rbac() {
     assert!(deployment.contains("--leader-env=NAMESPACE_SELECTOR=*"));
     assert!(deployment
         .contains("--follower-env=NAMESPACE_SELECTOR=passmower-elector-idle-never-create"));
+    // The elector knows its pod's UID (the holder identity carries it) ...
+    assert!(deployment.contains("- name: POD_UID\n"));
+    assert!(deployment.contains("fieldPath: metadata.uid"));
+    // ... and the write fence admits operator writes only from the pod the Lease names.
+    let fence: Vec<&&str> = docs
+        .iter()
+        .filter(|d| d.contains("passmower-elector-fence.auth.passmower"))
+        .collect();
+    assert_eq!(fence.len(), 2, "the policy and its binding");
+    assert!(fence[0].contains("kind: ValidatingAdmissionPolicy\n"));
+    assert!(
+        fence[0].contains(r#"request.userInfo.username == "system:serviceaccount:auth:passmower""#)
+    );
+    assert!(fence[1].contains("kind: ValidatingAdmissionPolicyBinding\n"));
+    assert!(fence[1].contains("paramRef:\n    name: passmower\n    namespace: auth\n"));
 }
 
 #[test]
@@ -61,6 +80,8 @@ fn classic_sidecar_with_idle_namespace_policy() {
         &[
             "inject",
             "--classic-sidecar",
+            "--namespace",
+            "auth",
             "--deny-idle-namespace",
             "--idle-namespace",
             "pm-idle-never-create",
@@ -91,11 +112,14 @@ fn mixed_stream_passes_other_documents_byte_for_byte() {
 #[test]
 fn already_injected_stream_is_left_as_it_is() {
     if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
-        let fresh = inject_ok(&["inject"], &golden("passmower.in.yaml"));
+        let fresh = inject_ok(
+            &["inject", "--namespace", "auth"],
+            &golden("passmower.in.yaml"),
+        );
         std::fs::write(golden_path("already-injected.in.yaml"), fresh).expect("write");
     }
     let input = golden("already-injected.in.yaml");
-    assert_eq!(inject_ok(&["inject"], &input), input);
+    assert_eq!(inject_ok(&["inject", "--namespace", "auth"], &input), input);
 }
 
 #[test]
@@ -109,10 +133,12 @@ fn statefulset_with_another_container_name() {
             "app",
             "--app-command",
             "/usr/bin/idp serve",
+            "--no-fence",
         ],
         &golden("statefulset.in.yaml"),
     );
     check_golden("statefulset.out.yaml", &output);
+    assert!(!output.contains("ValidatingAdmissionPolicy"), "--no-fence");
     assert!(output.contains("--leader-env=NAMESPACE_SELECTOR=team-a,team-b"));
     assert!(
         !output.contains("strategy:"),
@@ -136,7 +162,14 @@ fn a_kubectl_list_is_injected_in_place() {
         .collect();
     assert_eq!(
         kinds,
-        ["Deployment", "Role", "RoleBinding", "PodDisruptionBudget"]
+        [
+            "Deployment",
+            "Role",
+            "RoleBinding",
+            "PodDisruptionBudget",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
     );
     let pod = &list["items"][0]["spec"]["template"]["spec"];
     for sidecar in pod["initContainers"].as_array().expect("initContainers") {
@@ -218,13 +251,20 @@ fn no_target_passes_through_with_allow_none() {
 fn injecting_twice_equals_injecting_once() {
     let cases: [(&str, InjectOptions); 5] = [
         ("list.in.yaml", InjectOptions::new(IMAGE)),
-        ("passmower.in.yaml", InjectOptions::new(IMAGE)),
+        (
+            "passmower.in.yaml",
+            InjectOptions {
+                namespace: Some("auth".into()),
+                ..InjectOptions::new(IMAGE)
+            },
+        ),
         ("mixed.in.yaml", InjectOptions::new(IMAGE)),
         (
             "passmower.in.yaml",
             InjectOptions {
                 classic_sidecar: true,
                 deny_idle_namespace: true,
+                namespace: Some("auth".into()),
                 ..InjectOptions::new(IMAGE)
             },
         ),
@@ -234,6 +274,7 @@ fn injecting_twice_equals_injecting_once() {
                 kinds: vec![WorkloadKind::StatefulSet],
                 container: "app".into(),
                 app_command: Some(vec!["/usr/bin/idp".into()]),
+                fence: false,
                 ..InjectOptions::new(IMAGE)
             },
         ),
@@ -248,10 +289,22 @@ fn injecting_twice_equals_injecting_once() {
 #[test]
 fn file_and_stdin_give_the_same_output() {
     let path = golden_path("passmower.in.yaml");
-    let from_file = inject_ok(&["inject", "-f", path.to_str().expect("utf-8 path")], "");
+    let from_file = inject_ok(
+        &[
+            "inject",
+            "--namespace",
+            "auth",
+            "-f",
+            path.to_str().expect("utf-8 path"),
+        ],
+        "",
+    );
     assert_eq!(
         from_file,
-        inject_ok(&["inject"], &golden("passmower.in.yaml"))
+        inject_ok(
+            &["inject", "--namespace", "auth"],
+            &golden("passmower.in.yaml")
+        )
     );
 }
 
@@ -259,7 +312,12 @@ fn file_and_stdin_give_the_same_output() {
 fn workload_only_leaves_rbac_and_pdb_to_the_chart() {
     let output = inject_ok(&["inject", "--workload-only"], &golden("passmower.in.yaml"));
     assert!(output.contains("passmower-elector.io/injected"));
-    for kind in ["Role", "RoleBinding", "PodDisruptionBudget"] {
+    for kind in [
+        "Role",
+        "RoleBinding",
+        "PodDisruptionBudget",
+        "ValidatingAdmissionPolicy",
+    ] {
         assert!(
             !output.contains(&format!("kind: {kind}\n")),
             "{kind} emitted"

@@ -97,7 +97,10 @@ fn same_as_inject(input: &str, flags: &str) {
 
 #[test]
 fn the_component_gives_injects_output_for_a_helm_stream() {
-    same_as_inject("passmower.in.yaml", "--deny-idle-namespace");
+    same_as_inject(
+        "passmower.in.yaml",
+        "--namespace passmower --deny-idle-namespace",
+    );
 }
 
 /// Existing init containers (ordered appends), a valueFrom selector (a renamed env entry), a
@@ -111,6 +114,7 @@ fn the_component_gives_injects_output_for_a_mixed_stream() {
 fn the_component_gives_injects_output_for_a_statefulset() {
     same_as_inject(
         "statefulset.in.yaml",
-        "--kind StatefulSet --container app --app-command '/usr/bin/idp serve' --classic-sidecar",
+        "--kind StatefulSet --container app --app-command '/usr/bin/idp serve' --classic-sidecar \
+         --namespace team",
     );
 }

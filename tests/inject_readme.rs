@@ -111,9 +111,13 @@ fn run_helm_block(markdown: &str, helm: Helm, name: &str) {
     let sandbox = Sandbox::new(helm, &cluster.admin_kubeconfig());
     sandbox.ok(&block(markdown, name));
     assert_retrofitted(&sandbox, "passmower", true);
-    // The policy the docs ask for, named for this install.
+    // The policy the docs ask for, named for this install, and the write fence.
     sandbox
         .ok("kubectl get validatingadmissionpolicy passmower-elector-inject.passmower.passmower");
+    sandbox.ok(
+        "kubectl get validatingadmissionpolicy,validatingadmissionpolicybinding \
+         passmower-elector-fence.passmower.passmower",
+    );
     // The admission plugin learns of a new policy a moment after it is created.
     let refused = sandbox.bash(
         "for i in $(seq 100); do\n\

@@ -224,6 +224,79 @@ fn rendered_chart_role_has_the_library_rules() {
     }
 }
 
+/// The chart's write fence is the one `inject` generates (one statement, in the library):
+/// the same policy spec for the ServiceAccount the chart binds, and a binding to the Lease the
+/// chart's Role names.
+#[test]
+fn rendered_chart_fence_is_the_library_fence() {
+    use passmower_elector::inject::fence::{fence_binding_spec, fence_policy_spec, FenceTarget};
+    let Some(files) = rendered_chart_files() else {
+        return;
+    };
+    for file in files {
+        let docs = parse_stream(&read(&file));
+        let of_kind = |kind: &str| -> Vec<&Value> {
+            docs.iter()
+                .filter(|d| {
+                    d["kind"] == kind
+                        && d["metadata"]["labels"]["app.kubernetes.io/component"] == "write-fence"
+                })
+                .collect()
+        };
+        let (policies, bindings) = (
+            of_kind("ValidatingAdmissionPolicy"),
+            of_kind("ValidatingAdmissionPolicyBinding"),
+        );
+        assert_eq!(
+            (policies.len(), bindings.len()),
+            (1, 1),
+            "{}: one fence",
+            file.display()
+        );
+        let binding = docs
+            .iter()
+            .find(|d| d["kind"] == "RoleBinding")
+            .expect("the chart's RoleBinding");
+        let subject = &binding["subjects"][0];
+        let (namespace, service_account) = (
+            subject["namespace"].as_str().expect("subject namespace"),
+            subject["name"].as_str().expect("subject name"),
+        );
+        let role: Role = serde_json::from_value(
+            docs.iter()
+                .find(|d| d["kind"] == "Role")
+                .expect("the chart's Role")
+                .clone(),
+        )
+        .expect("a Role");
+        let lease = role
+            .rules
+            .unwrap_or_default()
+            .iter()
+            .find_map(|r| r.resource_names.as_ref()?.first().cloned())
+            .expect("the Lease name");
+        assert_eq!(
+            policies[0]["spec"],
+            serde_json::to_value(fence_policy_spec(namespace, service_account)).unwrap(),
+            "{}: the chart's fence policy differs from inject's",
+            file.display()
+        );
+        let name = policies[0]["metadata"]["name"].as_str().expect("name");
+        let target = FenceTarget {
+            namespace,
+            service_account,
+            lease: &lease,
+        };
+        assert_eq!(
+            bindings[0]["spec"],
+            serde_json::to_value(fence_binding_spec(name, &target)).unwrap(),
+            "{}: the chart's fence binding differs from inject's",
+            file.display()
+        );
+        assert_eq!(bindings[0]["metadata"]["name"], name);
+    }
+}
+
 /// The dry run can fail: what it is there to catch is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_refuses_unknown_fields_and_invalid_objects() {

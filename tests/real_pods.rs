@@ -385,6 +385,9 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.service_failures
             ));
             results.entry(fault).or_default().push(r);
+            if fault == Fault::PodFreeze {
+                frozen_pod_was_fenced(&writes, &install, &old_ip, t_fault, t_steady, &name);
+            }
             // Fail early, naming the fault, if two pods ever wrote at once.
             assert_single_writer(node, &install);
         }
@@ -437,6 +440,86 @@ async fn faults_keep_one_writer_and_reconcile() {
     ));
 }
 
+/// The frozen pod's operator writes after another pod took the Lease: the apiserver must have
+/// admitted none (the write fence `inject` installs refuses them; before the fence, one got
+/// through when the race was lost). The refused ones are reported: they are the writes the
+/// fence stopped.
+fn frozen_pod_was_fenced(
+    writes: &[audit::Write],
+    install: &Install,
+    frozen_ip: &str,
+    t_fault: i64,
+    t_steady: i64,
+    name: &str,
+) {
+    // The fence comes from inject (on by default): the release must hold it.
+    let fence = format!(
+        "name: {}",
+        passmower_elector::inject::fence::fence_policy_name(&install.namespace, passmower::NAME)
+    );
+    assert!(
+        install.manifest.matches(&fence).count() >= 2,
+        "{name}: the release holds no write fence ({fence}: a policy and its binding)"
+    );
+    let tenures = audit::tenures(
+        writes,
+        &install.namespace,
+        passmower::NAME,
+        install.bound_us(),
+        now_us(),
+    );
+    let Some(takeover) = tenures
+        .iter()
+        .find(|t| t.source_ip != frozen_ip && t.start_us > t_fault)
+    else {
+        report(&format!(
+            "{name}: no other pod took the Lease after the freeze (the frozen pod kept it)"
+        ));
+        return;
+    };
+    let (admitted, refused) = audit::operator_writes_from(
+        writes,
+        &install.user(),
+        frozen_ip,
+        takeover.start_us,
+        t_steady,
+    );
+    let describe = |ws: &[&audit::Write]| {
+        ws.iter()
+            .map(|w| {
+                format!(
+                    "{} {}/{}{} {} ms after the takeover",
+                    w.verb,
+                    w.resource,
+                    w.name,
+                    if w.subresource.is_empty() {
+                        String::new()
+                    } else {
+                        format!("/{}", w.subresource)
+                    },
+                    (w.received_us - takeover.start_us) / 1000
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    report(&format!(
+        "{name}: the frozen pod's operator writes after the takeover: {} admitted, {} refused by the fence{}",
+        admitted.len(),
+        refused.len(),
+        if refused.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", describe(&refused))
+        }
+    ));
+    assert!(
+        admitted.is_empty(),
+        "{name}: the apiserver admitted operator writes from the frozen pod after another took over: {}",
+        describe(&admitted)
+    );
+}
+
 /// Per pod of `install`, whether the kubelet's readiness probes currently count it as
 /// failing: some container had `failureThreshold` (3, as inject and the chart set) or more
 /// failed readiness probes since its last successful one — the kubelet's own rule for
@@ -485,11 +568,10 @@ impl ReadinessTracker {
 }
 
 /// An apiserver outage must not take every replica out of its Service: Passmower serves
-/// HTTP without the API, so at least one pod must stay Ready in the kubelet's eyes.
-/// Fails while the elector's `/readyz` (a native sidecar's readiness counts toward the
-/// pod's) fails on API errors; issue 9 changes that.
+/// HTTP without the API, so at least one pod must stay Ready in the kubelet's eyes. (It
+/// failed while `inject` gave the native sidecar, whose readiness counts toward the pod's, the
+/// elector's `/readyz` as readiness probe, which fails on API errors; issue 9 removed it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until the elector's readiness stops depending on the API (issue 9)"]
 async fn apiserver_outage_keeps_a_replica_in_service() {
     use nix::sys::signal::Signal;
     use support_node::config::Component;

@@ -88,6 +88,7 @@ spec:
             "inject",
             "--image",
             "docker.io/local/passmower-elector:check",
+            "--no-fence",
             "-f",
         ])
         .arg(&input));

@@ -119,7 +119,11 @@ async fn an_opted_in_pod_is_stored_with_the_elector_and_others_are_untouched() {
             .map(|l| format!("      {l}\n"))
             .collect::<String>()
     );
-    let injected = inject(&deployment, &InjectOptions::new(IMAGE)).expect("inject");
+    let opts = InjectOptions {
+        namespace: Some(unlabeled.name.clone()),
+        ..InjectOptions::new(IMAGE)
+    };
+    let injected = inject(&deployment, &opts).expect("inject");
     let template: Value =
         serde_json::to_value(&injected.rewrites[0].after["spec"]["template"]["spec"]).unwrap();
     let mut from_inject = replicaset_pod(DEPLOYMENT, json!({}));

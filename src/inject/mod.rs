@@ -7,6 +7,7 @@
 //! post-renderer's stderr nor anything but the manifests.
 
 mod failure;
+pub mod fence;
 mod identity;
 mod kustomize;
 mod monitor;
@@ -111,7 +112,7 @@ pub struct Injected {
     pub warnings: Vec<String>,
     /// Every object rewritten (workloads, PodMonitors), in stream order.
     pub rewrites: Vec<Rewrite>,
-    /// Every object added (Role, RoleBinding, PodDisruptionBudget, admission policy).
+    /// Every object added (Role, RoleBinding, PodDisruptionBudget, admission policies).
     pub added: Vec<Value>,
 }
 
@@ -226,6 +227,45 @@ impl Run<'_> {
                 .iter()
                 .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);
             generated = rbac::companions(&info, !has_own_pdb);
+        }
+        if !opts.workload_only && opts.fence {
+            if matches!(outcome, Outcome::Unchanged) && !elector_knows_its_pod_uid(value) {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: format!(
+                        "was injected by an earlier passmower-elector whose {ELECTOR_CONTAINER} \
+                         container has no POD_UID, so its holder identity names no pod UID and \
+                         the write fence would refuse every operator write of its leader: \
+                         inject the original manifests (the chart's output) again, or pass \
+                         --no-fence"
+                    ),
+                });
+            }
+            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: "names no namespace, and the write fence (a cluster-wide admission \
+                             policy) must name the namespace of its ServiceAccount and Lease: \
+                             pass --namespace NAMESPACE (the release namespace: helm gives a \
+                             post-renderer none), or --no-fence to install without it"
+                        .into(),
+                });
+            };
+            let target = fence::FenceTarget {
+                namespace,
+                service_account: &info.service_account,
+                lease: &info.lease,
+            };
+            let name = fence::fence_policy_name(namespace, &info.name);
+            let generated_for = format!("{}/{}", info.kind.as_str(), info.name);
+            for object in fence::write_fence(&name, &target, &generated_for) {
+                generated.push(rbac::Generated {
+                    value: object,
+                    notes: Vec::new(),
+                });
+            }
         }
         if opts.deny_idle_namespace {
             let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
@@ -403,6 +443,22 @@ pub fn compatible(found: &str, ours: &str) -> bool {
         Some(if major == 0 { (0, minor) } else { (major, 0) })
     }
     matches!((line(found), line(ours)), (Some(a), Some(b)) if a == b)
+}
+
+/// Whether the elector container of an injected workload's pod template sets `POD_UID`, which
+/// the write fence needs in the holder identity (output of builds before the fence lacks it).
+fn elector_knows_its_pod_uid(workload: &Value) -> bool {
+    let spec = &workload["spec"]["template"]["spec"];
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| spec[*list].as_sequence())
+        .flatten()
+        .filter(|c| c["name"].as_str() == Some(ELECTOR_CONTAINER))
+        .any(|c| {
+            c["env"]
+                .as_sequence()
+                .is_some_and(|env| env.iter().any(|e| e["name"].as_str() == Some("POD_UID")))
+        })
 }
 
 /// The `inject` role: read, inject, print (or write the kustomize Component) only on success.

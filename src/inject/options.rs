@@ -30,16 +30,20 @@ pub enum OnError {
 pub const LONG_ABOUT: &str =
     "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
     yaml` prints, or `helm template` output) and writes them to stdout with the elector sidecar, \
-    the supervisor entrypoint, shared volumes, a Role + RoleBinding for the Lease and a \
-    PodDisruptionBudget added to each targeted workload. Other documents pass through \
-    unchanged; running it twice equals running it once.\n\n\
+    the supervisor entrypoint, shared volumes, a Role + RoleBinding for the Lease, a \
+    PodDisruptionBudget and the write fence (a ValidatingAdmissionPolicy admitting Passmower's \
+    operator writes only from the Lease holder's pod) added to each targeted workload. Other \
+    documents pass through unchanged; running it twice equals running it once.\n\n\
     The sidecar image is required (--image): nothing publishes it, build and push it first \
     (README: \"The sidecar image\").\n\n\
-    Helm 3: `helm upgrade --install ... --post-renderer passmower-elector --post-renderer-args \
-    inject --post-renderer-args=--image=IMAGE`.\n\
+    Helm 3: `helm upgrade --install ... -n NAMESPACE --post-renderer passmower-elector \
+    --post-renderer-args inject --post-renderer-args=--image=IMAGE \
+    --post-renderer-args=--namespace=NAMESPACE` (helm gives a post-renderer no namespace; the \
+    write fence needs it).\n\
     Helm 4: `helm plugin install examples/retrofit-passmower/helm4-plugin` once (it runs \
-    `passmower-elector inject --on-error=manifest`), then `helm upgrade --install ... \
-    --post-renderer passmower-elector --post-renderer-args=--image=IMAGE`.\n\
+    `passmower-elector inject --on-error=manifest`), then `helm upgrade --install ... -n \
+    NAMESPACE --post-renderer passmower-elector --post-renderer-args=--image=IMAGE \
+    --post-renderer-args=--namespace=NAMESPACE`.\n\
     Kustomize, Flux, Argo CD: --kustomize DIR writes a kustomize Component instead.\n\n\
     Errors (invalid YAML, no target, bad flags) print nothing on stdout and exit 2.";
 
@@ -142,10 +146,17 @@ pub struct InjectArgs {
     /// Succeed (passing the stream through) when no workload is a target.
     #[arg(long, env = "ELECTOR_ALLOW_NONE")]
     pub allow_none: bool,
-    /// Rewrite workloads only: add no Role, RoleBinding or PodDisruptionBudget, because they
-    /// come from elsewhere (the passmower-elector Helm chart, installed as its own release).
+    /// Rewrite workloads only: add no Role, RoleBinding, PodDisruptionBudget or write fence,
+    /// because they come from elsewhere (the passmower-elector Helm chart, installed as its own
+    /// release).
     #[arg(long, env = "ELECTOR_WORKLOAD_ONLY")]
     pub workload_only: bool,
+    /// Leave out the write fence: the ValidatingAdmissionPolicy (Kubernetes >= 1.30, cluster
+    /// scoped) that lets the apiserver admit Passmower's operator writes only from the pod
+    /// holding the Lease. For clusters before 1.30, or without permission to create
+    /// cluster-scoped objects; a pod frozen past the lease duration can then write once more.
+    #[arg(long, env = "ELECTOR_NO_FENCE")]
+    pub no_fence: bool,
     /// Instead of the rewritten stream, write a kustomize Component to DIR: kustomization.yaml
     /// with the workload patches (the form Flux's HelmRelease postRenderers take) and
     /// resources.yaml with the objects to add. Nothing goes to stdout.
@@ -197,8 +208,10 @@ pub struct InjectOptions {
     pub keep_strategy: bool,
     /// No target is not an error.
     pub allow_none: bool,
-    /// Add no RBAC or PodDisruptionBudget (they come from the chart).
+    /// Add no RBAC, PodDisruptionBudget or write fence (they come from the chart).
     pub workload_only: bool,
+    /// Emit the write fence (admission policy + binding) with the RBAC.
+    pub fence: bool,
     /// Elector container resources; `None` for the built-in requests and limits.
     pub sidecar_resources: Option<ResourceRequirements>,
     /// Sidecar securityContext; `None` for the restricted profile (as the app's UID).
@@ -228,6 +241,7 @@ impl InjectOptions {
             keep_strategy: false,
             allow_none: false,
             workload_only: false,
+            fence: true,
             sidecar_resources: None,
             sidecar_security_context: None,
         }
@@ -281,6 +295,7 @@ impl TryFrom<&InjectArgs> for InjectOptions {
             keep_strategy: args.keep_strategy,
             allow_none: args.allow_none,
             workload_only: args.workload_only,
+            fence: !args.no_fence,
             ..args.sidecar.options()?
         };
         options.validate()?;

@@ -135,7 +135,7 @@ fn child_mapping<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Mappi
 mod tests {
     use super::*;
     use crate::inject::workload::tests::{opts, DEPLOYMENT};
-    use crate::inject::{inject, yaml::parse_stream};
+    use crate::inject::{inject, yaml::parse_stream, InjectOptions};
 
     const POD: &str = "apiVersion: v1
 kind: Pod
@@ -152,6 +152,14 @@ spec:
         parse_stream(POD).unwrap()[0].value.clone()
     }
 
+    /// `DEPLOYMENT` names no namespace, which the write fence `inject` adds must know.
+    fn with_namespace() -> InjectOptions {
+        InjectOptions {
+            namespace: Some("auth".into()),
+            ..opts()
+        }
+    }
+
     #[test]
     fn a_pod_gets_the_same_spec_as_injects_template() {
         let PodOutcome::Injected { pod, warnings } = inject_pod(&pod(), "pm", &opts()).unwrap()
@@ -159,7 +167,7 @@ spec:
             panic!("not injected");
         };
         assert!(warnings.is_empty(), "{warnings:?}");
-        let injected = inject(DEPLOYMENT, &opts()).unwrap();
+        let injected = inject(DEPLOYMENT, &with_namespace()).unwrap();
         let template = &injected.rewrites[0].after["spec"]["template"]["spec"];
         assert_eq!(&pod["spec"], template);
         assert_eq!(
@@ -185,7 +193,7 @@ spec:
 
     #[test]
     fn a_pod_of_an_injected_workload_is_left_as_it_is() {
-        let injected = inject(DEPLOYMENT, &opts()).unwrap();
+        let injected = inject(DEPLOYMENT, &with_namespace()).unwrap();
         let mut from_template = pod();
         from_template["spec"] = injected.rewrites[0].after["spec"]["template"]["spec"].clone();
         assert!(matches!(

@@ -589,6 +589,9 @@ fn elector_container(
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
+            // Into the holder identity (`<pod>_<uid>_<suffix>`): the write fence admits
+            // operator writes only from the pod incarnation the Lease names.
+            field_env("POD_UID", "metadata.uid"),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some(PROBE_PORT_NAME.into()),

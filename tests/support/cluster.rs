@@ -326,6 +326,14 @@ impl Cluster {
         }
     }
 
+    /// Writes a kubeconfig for a bearer `token` (e.g. one minted by the TokenRequest API) to
+    /// `<cluster dir>/kubeconfig-<stem>.json` and returns its path.
+    pub fn kubeconfig_for_token(&self, stem: &str, token: &str) -> PathBuf {
+        let path = self.dir.join(format!("kubeconfig-{stem}.json"));
+        write_kubeconfig(&path, &self.server_url(), &self.ca_pem(), token);
+        path
+    }
+
     /// Returns once the apiserver's RBAC cache authorizes, for the elector identity of `ns`,
     /// the first verb of every rule in `rules` (panics after a while otherwise).
     pub async fn wait_for_rbac(&self, ns: &TestNs, rules: &[PolicyRule]) {

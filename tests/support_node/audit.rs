@@ -244,8 +244,10 @@ fn new_tenure(w: &Write, holder: &str) -> Tenure {
 }
 
 /// Checks the single-writer property: (1) no two tenures of different pods overlap; (2)
-/// every operator write by a pod in `namespace`'s ServiceAccount `user` falls inside a
-/// tenure of that pod. Returns the violations, human-readable.
+/// every operator write by a pod in `namespace`'s ServiceAccount `user` that the apiserver
+/// admitted (2xx) falls inside a tenure of that pod. A write it refused changed nothing: the
+/// write fence refuses exactly the ones a paused ex-leader sends (see [`operator_writes_from`]).
+/// Returns the violations, human-readable.
 pub fn single_writer_violations(writes: &[Write], tenures: &[Tenure], user: &str) -> Vec<String> {
     let mut bad = Vec::new();
     for (i, a) in tenures.iter().enumerate() {
@@ -257,7 +259,7 @@ pub fn single_writer_violations(writes: &[Write], tenures: &[Tenure], user: &str
     }
     for w in writes
         .iter()
-        .filter(|w| w.user == user && w.is_operator_write())
+        .filter(|w| w.user == user && w.is_operator_write() && w.succeeded())
     {
         let covered = tenures.iter().any(|t| {
             t.source_ip == w.source_ip && t.start_us <= w.received_us && w.received_us <= t.end_us
@@ -281,6 +283,27 @@ pub fn single_writer_violations(writes: &[Write], tenures: &[Tenure], user: &str
         }
     }
     bad
+}
+
+/// Operator writes by `user` from `source_ip` received in `[from_us, to_us]`: (admitted,
+/// refused with 403 — the write fence's answer).
+pub fn operator_writes_from<'a>(
+    writes: &'a [Write],
+    user: &str,
+    source_ip: &str,
+    from_us: i64,
+    to_us: i64,
+) -> (Vec<&'a Write>, Vec<&'a Write>) {
+    let from_pod = writes.iter().filter(|w| {
+        w.user == user
+            && w.is_operator_write()
+            && w.source_ip == source_ip
+            && (from_us..=to_us).contains(&w.received_us)
+    });
+    (
+        from_pod.clone().filter(|w| w.succeeded()).collect(),
+        from_pod.filter(|w| w.code == 403).collect(),
+    )
 }
 
 /// Operator writes by `user`, grouped by source address.
@@ -312,5 +335,45 @@ mod tests {
             parse_rfc3339_us("2026-12-01T00:00:00.5Z"),
             Some(1_796_083_200_500_000)
         );
+    }
+
+    fn write(ip: &str, at: i64, code: i32) -> Write {
+        Write {
+            received_us: at,
+            completed_us: at,
+            user: "system:serviceaccount:pm:passmower".into(),
+            source_ip: ip.into(),
+            verb: "update".into(),
+            api_group: "codemowers.cloud".into(),
+            resource: "oidcclients".into(),
+            subresource: "status".into(),
+            namespace: "pm".into(),
+            name: "app".into(),
+            code,
+            lease_holder: None,
+        }
+    }
+
+    /// A write the apiserver refused (the fence's 403) changed nothing, so only an admitted one
+    /// outside its pod's tenure is a second writer.
+    #[test]
+    fn only_admitted_writes_outside_a_tenure_are_violations() {
+        let tenures = [Tenure {
+            source_ip: "10.88.0.2".into(),
+            holder: "b".into(),
+            start_us: 100,
+            end_us: 200,
+            released: false,
+        }];
+        let user = "system:serviceaccount:pm:passmower";
+        let inside = write("10.88.0.2", 150, 200);
+        let refused = write("10.88.0.3", 150, 403);
+        let admitted = write("10.88.0.3", 160, 200);
+        assert!(
+            single_writer_violations(&[inside.clone(), refused.clone()], &tenures, user).is_empty()
+        );
+        let bad = single_writer_violations(&[inside, refused, admitted], &tenures, user);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(bad[0].contains("10.88.0.3 at 160"), "{bad:?}");
     }
 }

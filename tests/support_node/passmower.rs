@@ -127,7 +127,7 @@ impl Install {
             .arg("--no-hooks");
         if retrofit == Retrofit::PostRenderer {
             helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, &sidecar, TIMINGS));
+                .arg(post_renderer(&dir, &sidecar, &ns, TIMINGS));
         }
         for s in &sets {
             helm.arg("--set").arg(s);
@@ -415,15 +415,17 @@ fn random_hex(bytes: usize) -> String {
 
 /// The post-renderer: a wrapper that runs this build's `passmower-elector inject` with the
 /// test image and timings (helm 3 passes no arguments of its own to a post-renderer).
-fn post_renderer(dir: &Path, sidecar_image: &str, t: Timings) -> PathBuf {
+/// `--namespace`: helm gives a post-renderer no namespace, and the write fence inject adds
+/// names the ServiceAccount's and the Lease's.
+fn post_renderer(dir: &Path, sidecar_image: &str, namespace: &str, t: Timings) -> PathBuf {
     let path = dir.join("inject-post-renderer.sh");
     let bin = env!("CARGO_BIN_EXE_passmower-elector");
     let d = |d: Duration| format!("{}ms", d.as_millis());
     fs::write(
         &path,
         format!(
-            "#!/bin/sh\nexec {bin} inject --image {sidecar_image} --lease-duration {} \
-             --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"\n",
+            "#!/bin/sh\nexec {bin} inject --image {sidecar_image} --namespace {namespace} \
+             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"\n",
             d(t.lease_duration),
             d(t.renew_deadline),
             d(t.retry_period),

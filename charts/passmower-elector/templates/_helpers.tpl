@@ -41,6 +41,20 @@ app.kubernetes.io/instance: {{ .Values.passmower.release }}
 {{- printf "passmower-elector-chart.%s.%s" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The write fence, cluster-wide too: named per release as well (inject's are passmower-elector-fence.…). */}}
+{{- define "passmower-elector.fenceName" -}}
+{{- printf "passmower-elector-chart-fence.%s.%s" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "passmower-elector.fenceLabels" -}}
+app.kubernetes.io/name: passmower-elector
+app.kubernetes.io/component: write-fence
+app.kubernetes.io/part-of: {{ include "passmower-elector.passmowerFullname" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
 {{- define "passmower-elector.image" -}}
 {{- $repository := required (printf "image.repository is required: nothing publishes the passmower-elector sidecar image. Build it from the passmower-elector repository and push it to a registry your nodes pull from (docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:%s . && docker push REGISTRY/passmower-elector:%s; without Docker: scripts/build-sidecar-image.sh, then skopeo copy oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:%s), then --set image.repository=REGISTRY/passmower-elector" .Chart.AppVersion .Chart.AppVersion .Chart.AppVersion) .Values.image.repository -}}
 {{- if eq $repository "ghcr.io/passmower/passmower-elector" -}}

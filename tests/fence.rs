@@ -1,0 +1,890 @@
+//! The write fence against the real kube-apiserver: the ValidatingAdmissionPolicy `inject`
+//! generates admits Passmower's operator writes only from the pod the Lease names.
+//!
+//! Pods exist in the apiserver without a kubelet, so each "pod" here is a Pod object that never
+//! runs, and its writes are made with a ServiceAccount token minted by the TokenRequest API and
+//! bound to it (`boundObjectRef` kind Pod): the apiserver then puts the pod's name and UID into
+//! the request's user info, as for a token the kubelet mounts. Passmower's CRDs come from the
+//! upstream chart (`PME_UPSTREAM`, default `../shared/upstream/passmower`), read at test time.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use passmower_elector::inject::fence::{self, FenceTarget, DENIAL_PREFIX};
+use serde_json::json;
+use support::{client_from_kubeconfig, Cluster, TestNs};
+
+const SA: &str = support::cluster::ELECTOR_SERVICE_ACCOUNT;
+
+fn upstream_dir() -> PathBuf {
+    std::env::var_os("PME_UPSTREAM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream/passmower")
+        })
+}
+
+/// Creates Passmower's CRDs from the upstream chart (a no-op when they exist) and waits until
+/// the OIDCClient kind is served.
+async fn install_crds(cluster: &Cluster) {
+    let path = upstream_dir().join("charts/passmower/templates/crds.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (set PME_UPSTREAM to the upstream Passmower checkout)",
+            path.display()
+        )
+    });
+    let client = cluster.admin_client().await;
+    let mut applier = support::manifests::Applier::new(client.clone());
+    for doc in support::manifests::parse_stream(&text) {
+        match applier
+            .send(&doc, "default", support::manifests::Mode::Create)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.contains("AlreadyExists") || e.contains("already exists") => {}
+            Err(e) => panic!("create {}: {e}", support::manifests::describe(&doc)),
+        }
+    }
+    let served = support::wait_until_async(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            Api::<DynamicObject>::all_with(client.clone(), &oidc_clients())
+                .list(&Default::default())
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert!(served, "the OIDCClient CRD was not served within 30s");
+}
+
+fn oidc_clients() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("codemowers.cloud", "v1beta1", "OIDCClient"),
+        "oidcclients",
+    )
+}
+
+fn oidc_users() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("codemowers.cloud", "v1beta1", "OIDCUser"),
+        "oidcusers",
+    )
+}
+
+/// What Passmower's ClusterRole allows, in `ns`, for `subject` (a ServiceAccount of `ns`).
+async fn grant_passmower_rights(admin: &kube::Client, ns: &str, subject: &str) {
+    let name = format!("passmower-writes-{subject}");
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let rules = vec![
+        rule(
+            "codemowers.cloud",
+            &[
+                "oidcclients",
+                "oidcclients/status",
+                "oidcusers",
+                "oidcusers/status",
+            ],
+            &["get", "list", "watch", "create", "update", "patch"],
+        ),
+        rule(
+            "",
+            &["secrets"],
+            &["get", "create", "update", "patch", "delete"],
+        ),
+        rule("", &["pods"], &["create"]),
+        rule("", &["configmaps"], &["create"]),
+    ];
+    let meta = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &Role {
+                metadata: meta.clone(),
+                rules: Some(rules.clone()),
+            },
+        )
+        .await
+        .expect("create role");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name,
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: subject.into(),
+                    namespace: Some(ns.into()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .expect("create rolebinding");
+}
+
+/// A Pod object that never runs (no kubelet) and a client whose token is bound to it.
+struct FakePod {
+    name: String,
+    uid: String,
+    client: kube::Client,
+}
+
+impl FakePod {
+    async fn create(cluster: &Cluster, ns: &str, name: &str, service_account: &str) -> FakePod {
+        let admin = cluster.admin_client().await;
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "serviceAccountName": service_account,
+                "containers": [{"name": "passmower", "image": "example.invalid/passmower:1"}],
+            },
+        }))
+        .expect("pod");
+        let pod = Api::<Pod>::namespaced(admin.clone(), ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+        let uid = pod.metadata.uid.expect("pod uid");
+        let token = mint_token(&admin, ns, service_account, Some((name, &uid))).await;
+        let kubeconfig = cluster.kubeconfig_for_token(&format!("{ns}-{name}"), &token);
+        FakePod {
+            name: name.into(),
+            uid,
+            client: client_from_kubeconfig(&kubeconfig).await,
+        }
+    }
+
+    /// A holder identity as this pod's elector writes it.
+    fn holder(&self, suffix: &str) -> String {
+        format!("{}_{}_{suffix}", self.name, self.uid)
+    }
+}
+
+/// A TokenRequest token of `service_account`, bound to pod `(name, uid)` when given.
+async fn mint_token(
+    admin: &kube::Client,
+    ns: &str,
+    service_account: &str,
+    pod: Option<(&str, &str)>,
+) -> String {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: pod.map(|(name, uid)| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+            }),
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {service_account}: {e}"))
+        .status
+        .expect("token status")
+        .token
+}
+
+/// Sets the Lease's holder (`None` deletes the Lease), as admin.
+async fn set_holder(admin: &kube::Client, ns: &TestNs, holder: Option<&str>) {
+    let leases = Api::<Lease>::namespaced(admin.clone(), &ns.name);
+    let Some(holder) = holder else {
+        let _ = leases
+            .delete(&ns.lease_name, &DeleteParams::default())
+            .await;
+        return;
+    };
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(ns.lease_name.clone()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
+    };
+    leases
+        .patch(
+            &ns.lease_name,
+            &PatchParams::apply("pme-tests").force(),
+            &Patch::Apply(&lease),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("set the Lease holder to {holder:?}: {e}"));
+}
+
+/// Installs the fence `inject` generates for `ns` (ServiceAccount `passmower`, its Lease).
+async fn install_fence(admin: &kube::Client, ns: &TestNs) -> String {
+    let name = fence::fence_policy_name(&ns.name, "passmower");
+    let target = FenceTarget {
+        namespace: &ns.name,
+        service_account: SA,
+        lease: &ns.lease_name,
+    };
+    let objects = fence::write_fence(&name, &target, "Deployment/passmower");
+    let to_json = |v: &serde_norway::Value| serde_json::to_value(v).expect("json");
+    let policy: ValidatingAdmissionPolicy =
+        serde_json::from_value(to_json(&objects[0])).expect("policy");
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_json::from_value(to_json(&objects[1])).expect("binding");
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the fence policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create the fence binding");
+    name
+}
+
+async fn remove_fence(admin: &kube::Client, name: &str) {
+    let dp = DeleteParams::default();
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .delete(name, &dp)
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .delete(name, &dp)
+        .await;
+}
+
+/// The outcome of one write: admitted, or the apiserver's refusal (code and message).
+type Verdict = Result<(), (u16, String)>;
+
+fn verdict<T>(result: Result<T, kube::Error>) -> Verdict {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) => Err((s.code, s.message)),
+        Err(e) => panic!("the write failed without an API answer: {e}"),
+    }
+}
+
+/// What Passmower's OIDCClient operator does to claim a client: a PUT of the status
+/// subresource, conditional on the resourceVersion it read.
+async fn claim_client(client: &kube::Client, ns: &str, name: &str, by: &str) -> Verdict {
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &oidc_clients());
+    let mut obj = api.get_status(name).await.expect("read the OIDCClient");
+    obj.data["status"] = json!({"instance": by});
+    verdict(api.replace_status(name, &PostParams::default(), &obj).await)
+}
+
+/// What it does with a client's Secret: create it, patch it, delete it.
+async fn secret_writes(client: &kube::Client, ns: &str, name: &str) -> [Verdict; 3] {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        string_data: Some([("OIDC_CLIENT_SECRET".to_owned(), "s".to_owned())].into()),
+        ..Default::default()
+    };
+    let create = verdict(api.create(&PostParams::default(), &secret).await);
+    // Patch and delete need an object to act on: one made by the admin when the create
+    // was refused.
+    if create.is_err() {
+        let admin = Cluster::shared().admin_client().await;
+        Api::<Secret>::namespaced(admin, ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("admin creates the Secret");
+    }
+    // Passmower sends a JSON patch; every kind of PATCH is an UPDATE to admission.
+    let patch = json!({"metadata": {"labels": {"patched": "yes"}}});
+    let patched = verdict(
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+    );
+    let deleted = verdict(api.delete(name, &DeleteParams::default()).await);
+    if deleted.is_err() {
+        let admin = Cluster::shared().admin_client().await;
+        let _ = Api::<Secret>::namespaced(admin, ns)
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    [create, patched, deleted]
+}
+
+/// A secret-refresh Pod, as Passmower creates them.
+async fn create_pod(client: &kube::Client, ns: &str, name: &str) -> Verdict {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        // No controller-manager makes the `default` ServiceAccount here.
+        "spec": {
+            "serviceAccountName": SA,
+            "restartPolicy": "Never",
+            "containers": [{"name": "refresh", "image": "example.invalid/refresh:1"}],
+        },
+    }))
+    .expect("pod");
+    verdict(
+        Api::<Pod>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &pod)
+            .await,
+    )
+}
+
+/// Creates OIDCClient `name` in `ns` as admin.
+async fn create_client(admin: &kube::Client, ns: &str, name: &str) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "codemowers.cloud/v1beta1",
+        "kind": "OIDCClient",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "displayName": name,
+            "uri": "https://app.example.com/",
+            "redirectUris": ["https://app.example.com/callback"],
+            "grantTypes": ["authorization_code"],
+            "responseTypes": ["code"],
+            "availableScopes": ["openid"],
+        },
+    }))
+    .expect("OIDCClient");
+    Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients())
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create OIDCClient {name}: {e}"));
+}
+
+#[track_caller]
+fn assert_denied(what: &str, v: &Verdict, must_mention: &[&str]) {
+    match v {
+        Ok(()) => panic!("{what}: admitted, but the fence must deny it"),
+        Err((code, message)) => {
+            assert_eq!(*code, 403, "{what}: {message}");
+            assert!(
+                message.contains(DENIAL_PREFIX),
+                "{what}: refused, but not by the fence: {message}"
+            );
+            for m in must_mention {
+                assert!(message.contains(m), "{what}: {message:?} lacks {m:?}");
+            }
+        }
+    }
+}
+
+#[track_caller]
+fn assert_admitted(what: &str, v: &Verdict) {
+    if let Err((code, message)) = v {
+        panic!("{what}: refused ({code}): {message}");
+    }
+}
+
+/// Polls `write` until it gives a verdict of the wanted kind (the policy, or a Lease change,
+/// reaches the apiserver's informers asynchronously); returns how long that took.
+async fn until<F, Fut>(want_admitted: bool, limit: Duration, mut write: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Verdict>,
+{
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if write().await.is_ok() == want_admitted {
+            return Some(t0.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holders_pod_may_write_operator_objects() {
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_namespace().await;
+    grant_passmower_rights(&admin, &ns.name, SA).await;
+    let a = FakePod::create(cluster, &ns.name, "passmower-a", SA).await;
+    let b = FakePod::create(cluster, &ns.name, "passmower-b", SA).await;
+    create_client(&admin, &ns.name, "app").await;
+    set_holder(&admin, &ns, Some(&a.holder("1a2b3c4d"))).await;
+    // RBAC reaches the authorizer's cache asynchronously.
+    let allowed = until(true, Duration::from_secs(15), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await;
+    assert!(
+        allowed.is_some(),
+        "RBAC for the fake pods never took effect"
+    );
+
+    // Without the fence both pods write: what the fence must change.
+    assert_admitted(
+        "B's status PUT without the fence",
+        &claim_client(&b.client, &ns.name, "app", "b").await,
+    );
+
+    let policy = install_fence(&admin, &ns).await;
+    let active = until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("the fence never took effect within 30s");
+    println!(
+        "fence in force {} ms after it was created",
+        active.as_millis()
+    );
+
+    // A holds the Lease: A's operator writes are admitted, B's denied with the reason.
+    let holder_a = a.holder("1a2b3c4d");
+    assert_admitted(
+        "A's status PUT",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+    );
+    for (i, v) in secret_writes(&a.client, &ns.name, "secret-a")
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_admitted(&format!("A's Secret write {i}"), v);
+    }
+    assert_admitted(
+        "A's Pod create",
+        &create_pod(&a.client, &ns.name, "refresh-a").await,
+    );
+    let b_mentions = [
+        "pod passmower-b does not hold Lease",
+        &ns.lease_ref(),
+        &holder_a,
+    ];
+    assert_denied(
+        "B's status PUT",
+        &claim_client(&b.client, &ns.name, "app", "b").await,
+        &b_mentions,
+    );
+    let [create, patch, delete] = secret_writes(&b.client, &ns.name, "secret-b").await;
+    assert_denied("B's Secret create", &create, &b_mentions);
+    assert_denied("B's Secret JSON patch", &patch, &b_mentions);
+    assert_denied("B's Secret delete", &delete, &b_mentions);
+    assert_denied(
+        "B's Pod create",
+        &create_pod(&b.client, &ns.name, "refresh-b").await,
+        &b_mentions,
+    );
+
+    // Released: nobody writes.
+    set_holder(&admin, &ns, Some("")).await;
+    let followed = until(false, Duration::from_secs(5), || {
+        claim_client(&a.client, &ns.name, "app", "a")
+    })
+    .await
+    .expect("A still admitted 5s after the release");
+    println!("release followed within {} ms", followed.as_millis());
+    for (who, pod) in [("A", &a), ("B", &b)] {
+        assert_denied(
+            &format!("{who}'s status PUT on a released Lease"),
+            &claim_client(&pod.client, &ns.name, "app", who).await,
+            &["(released)"],
+        );
+    }
+
+    // The holder moves to B: the verdict follows.
+    set_holder(&admin, &ns, Some(&b.holder("5e6f7a8b"))).await;
+    let followed = until(true, Duration::from_secs(5), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("B not admitted 5s after it became the holder");
+    println!("takeover followed within {} ms", followed.as_millis());
+    assert_denied(
+        "A's status PUT after the takeover",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+        &["pod passmower-a does not hold Lease", &b.holder("5e6f7a8b")],
+    );
+    assert_denied(
+        "A's Secret create after the takeover",
+        &secret_writes(&a.client, &ns.name, "secret-a2").await[0],
+        &[],
+    );
+    // Another elector process of B (a restart adopting the Lease): still B's pod.
+    set_holder(&admin, &ns, Some(&b.holder("99999999"))).await;
+    assert_admitted(
+        "B's status PUT under a new suffix",
+        &claim_client(&b.client, &ns.name, "app", "b").await,
+    );
+
+    // Same pod name, another UID (a recreated StatefulSet pod, a force-deleted one): not it.
+    let stale = format!(
+        "{}_{}_1a2b3c4d",
+        a.name, "00000000-0000-4000-8000-000000000000"
+    );
+    set_holder(&admin, &ns, Some(&stale)).await;
+    let _ = until(false, Duration::from_secs(5), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("B still admitted 5s after losing the Lease");
+    assert_denied(
+        "A's status PUT with another UID in the Lease",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+        &["pod passmower-a does not hold Lease"],
+    );
+    // A holder without a UID (an elector without --pod-uid) admits nobody either.
+    set_holder(&admin, &ns, Some(&format!("{}_1a2b3c4d", a.name))).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_denied(
+        "A's status PUT with a holder that has no UID",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+        &[],
+    );
+
+    // No Lease at all. The apiserver looks the parameter up before it runs the
+    // matchConditions, so a missing parameter must not refuse: with
+    // `parameterNotFoundAction: Deny` every Secret and Pod write in the cluster, by anyone,
+    // would be refused (the Passmower pods whose electors would create the Lease included).
+    // The fence is open then (documented): Passmower's writes are admitted too.
+    set_holder(&admin, &ns, None).await;
+    let open = until(true, Duration::from_secs(5), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await;
+    assert!(open.is_some(), "without a Lease the fence still refuses");
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "anyone"},
+        "spec": {"serviceAccountName": SA, "containers": [{"name": "c", "image": "example.invalid/c:1"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the admin creates a Pod while the fenced Lease is missing");
+    assert_admitted(
+        "the admin's Secret writes while the Lease is missing",
+        &secret_writes(&admin, &ns.name, "secret-admin").await[0],
+    );
+
+    remove_fence(&admin, &policy).await;
+}
+
+/// Why a missing Lease opens the fence (`parameterNotFoundAction: Allow`): the apiserver looks
+/// the parameter up before it evaluates the matchConditions, so with `Deny` a missing Lease
+/// refuses matched writes by anyone — here the admin's Pod create, as it would refuse the
+/// ReplicaSet controller creating the Passmower pods of a fresh install, whose electors are what
+/// creates the Lease. A private apiserver: for a while nobody can create a Pod in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_on_a_missing_lease_would_refuse_everyones_writes() {
+    let cluster = Cluster::start_private();
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_namespace().await;
+    set_holder(&admin, &ns, None).await;
+    let policy = install_fence(&admin, &ns).await;
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone());
+    let set_action = |action: &'static str| {
+        let (bindings, policy) = (bindings.clone(), policy.clone());
+        async move {
+            let patch = json!({"spec": {"paramRef": {"parameterNotFoundAction": action}}});
+            bindings
+                .patch(&policy, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap_or_else(|e| panic!("set parameterNotFoundAction {action}: {e}"));
+        }
+    };
+    let mut attempt = 0;
+    let mut admin_creates_a_pod = || {
+        attempt += 1;
+        let (admin, ns, name) = (admin.clone(), ns.name.clone(), format!("anyone-{attempt}"));
+        async move { create_pod(&admin, &ns, &name).await }
+    };
+
+    // inject's binding: the admin is not affected by a missing Lease.
+    assert_admitted(
+        "the admin's Pod create with Allow",
+        &admin_creates_a_pod().await,
+    );
+    set_action("Deny").await;
+    let refused = until(false, Duration::from_secs(30), &mut admin_creates_a_pod)
+        .await
+        .expect("with Deny, a missing Lease never refused the admin's Pod create within 30s");
+    let answer = admin_creates_a_pod().await;
+    let Err((_, message)) = &answer else {
+        panic!("with Deny the admin's Pod create was admitted again");
+    };
+    // Refused for the missing parameter (as a configuration error, 422), not by the
+    // expression: the admin is no Passmower pod, and the matchConditions never ran.
+    assert!(
+        message.contains("no params found") && !message.contains(DENIAL_PREFIX),
+        "{message}"
+    );
+    println!(
+        "with Deny, the admin's Pod create was refused {} ms after the change: {message}",
+        refused.as_millis()
+    );
+    set_action("Allow").await;
+    until(true, Duration::from_secs(30), &mut admin_creates_a_pod)
+        .await
+        .expect("back to Allow, the admin's Pod create still refused after 30s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_users_and_other_resources_are_not_fenced() {
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_namespace().await;
+    grant_passmower_rights(&admin, &ns.name, SA).await;
+    // Another app in the same namespace, with the same rights.
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some("other".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create serviceaccount other");
+    grant_passmower_rights(&admin, &ns.name, "other").await;
+    let a = FakePod::create(cluster, &ns.name, "passmower-a", SA).await;
+    let other = FakePod::create(cluster, &ns.name, "other-a", "other").await;
+    create_client(&admin, &ns.name, "app").await;
+    // Released: Passmower's operator writes are all denied from here on.
+    set_holder(&admin, &ns, Some("")).await;
+    let policy = install_fence(&admin, &ns).await;
+    let active = until(false, Duration::from_secs(30), || {
+        claim_client(&a.client, &ns.name, "app", "a")
+    })
+    .await;
+    assert!(active.is_some(), "the fence never took effect within 30s");
+
+    // The admin, and another ServiceAccount's pod: untouched.
+    assert_admitted(
+        "the admin's status PUT",
+        &claim_client(&admin, &ns.name, "app", "admin").await,
+    );
+    let until_rbac = until(true, Duration::from_secs(15), || {
+        claim_client(&other.client, &ns.name, "app", "other")
+    })
+    .await;
+    assert!(until_rbac.is_some(), "another app's status PUT was refused");
+    for (i, v) in secret_writes(&other.client, &ns.name, "secret-other")
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_admitted(&format!("another app's Secret write {i}"), v);
+    }
+
+    // Passmower's writes the fence does not cover: OIDCUsers (its HTTP side writes them on
+    // every replica), and anything else its ServiceAccount may do.
+    let user: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "codemowers.cloud/v1beta1",
+        "kind": "OIDCUser",
+        "metadata": {"name": "alice", "namespace": ns.name},
+        "spec": {"type": "person", "email": "alice@example.com"},
+    }))
+    .expect("OIDCUser");
+    assert_admitted(
+        "Passmower's OIDCUser create",
+        &verdict(
+            Api::<DynamicObject>::namespaced_with(a.client.clone(), &ns.name, &oidc_users())
+                .create(&PostParams::default(), &user)
+                .await,
+        ),
+    );
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("unfenced".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_admitted(
+        "Passmower's ConfigMap create",
+        &verdict(
+            Api::<ConfigMap>::namespaced(a.client.clone(), &ns.name)
+                .create(&PostParams::default(), &cm)
+                .await,
+        ),
+    );
+
+    // Passmower's ServiceAccount without a pod-bound token (a static token here; a legacy
+    // Secret token in a cluster): it cannot be tied to the holder, so it is denied even when
+    // a pod holds the Lease.
+    set_holder(&admin, &ns, Some(&a.holder("1a2b3c4d"))).await;
+    until(true, Duration::from_secs(5), || {
+        claim_client(&a.client, &ns.name, "app", "a")
+    })
+    .await
+    .expect("A admitted as holder");
+    let unbound = ns.elector_client().await;
+    assert_denied(
+        "a status PUT with a token bound to no pod",
+        &claim_client(&unbound, &ns.name, "app", "x").await,
+        &["no pod-bound ServiceAccount token"],
+    );
+    // A token bound to no object at all, minted for the same ServiceAccount.
+    let token = mint_token(&admin, &ns.name, SA, None).await;
+    let unbound = client_from_kubeconfig(
+        &cluster.kubeconfig_for_token(&format!("{}-unbound", ns.name), &token),
+    )
+    .await;
+    assert_denied(
+        "a status PUT with an unbound TokenRequest token",
+        &claim_client(&unbound, &ns.name, "app", "x").await,
+        &["no pod-bound ServiceAccount token"],
+    );
+
+    remove_fence(&admin, &policy).await;
+}
+
+/// Right after an apiserver start, the policy plugin and its Lease informer are not synced:
+/// the fence then denies (failurePolicy Fail) rather than admits. Measured here: how long
+/// after `/readyz` says ok the holder's writes are admitted again, and what is answered
+/// before. Asserted: the pod that does not hold the Lease is never admitted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_apiserver_restart_the_fence_fails_closed_until_it_has_the_lease() {
+    use support::cluster::ControlPlaneProcess;
+    let cluster = std::sync::Arc::new(Cluster::start_private());
+    install_crds(&cluster).await;
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_namespace().await;
+    grant_passmower_rights(&admin, &ns.name, SA).await;
+    let a = FakePod::create(&cluster, &ns.name, "passmower-a", SA).await;
+    let b = FakePod::create(&cluster, &ns.name, "passmower-b", SA).await;
+    create_client(&admin, &ns.name, "app").await;
+    set_holder(&admin, &ns, Some(&a.holder("1a2b3c4d"))).await;
+    install_fence(&admin, &ns).await;
+    until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("the fence never took effect within 30s");
+    until(true, Duration::from_secs(15), || {
+        claim_client(&a.client, &ns.name, "app", "a")
+    })
+    .await
+    .expect("the holder is admitted before the restart");
+
+    for round in 1..=3 {
+        // Stopped, then started again; meanwhile both pods keep writing, from the stop on,
+        // so what a client sees before /readyz says ok is measured too.
+        let c = cluster.clone();
+        let restart = tokio::task::spawn_blocking(move || {
+            c.stop(
+                ControlPlaneProcess::KubeApiserver,
+                nix::sys::signal::Signal::SIGTERM,
+                Duration::from_secs(15),
+            );
+            c.restart(ControlPlaneProcess::KubeApiserver)
+        });
+        let t0 = Instant::now();
+        let mut answers: std::collections::BTreeMap<String, usize> = Default::default();
+        // Answers count from the first moment nothing listened: before it, the old process
+        // was still draining.
+        let mut down = false;
+        let mut first_answer = None;
+        let mut admitted = None;
+        while t0.elapsed() < Duration::from_secs(60) {
+            let vb = claim_client_lenient(&b.client, &ns.name, "app", "b").await;
+            assert!(
+                vb.is_err(),
+                "round {round}: B, which does not hold the Lease, was admitted {:?} after the stop",
+                t0.elapsed()
+            );
+            let va = claim_client_lenient(&a.client, &ns.name, "app", "a").await;
+            // An iteration in which either pod reached no apiserver only marks the outage.
+            if [&va, &vb].iter().any(|v| matches!(v, Err((0, _)))) {
+                down = true;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            if !down {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            first_answer.get_or_insert(t0.elapsed());
+            for (who, v) in [("holder", &va), ("other pod", &vb)] {
+                if let Err((code, message)) = v {
+                    let kind = if message.contains("not yet synced") {
+                        "Lease informer not yet synced"
+                    } else if message.contains("not yet ready") {
+                        "policy plugin not yet ready"
+                    } else if message.contains(DENIAL_PREFIX) {
+                        "denied by the fence's expression"
+                    } else if message.starts_with("read: ") {
+                        "the read before the write refused"
+                    } else {
+                        "other"
+                    };
+                    *answers.entry(format!("{who}: {code} {kind}")).or_default() += 1;
+                }
+            }
+            if va.is_ok() {
+                admitted = Some(t0.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        restart
+            .await
+            .expect("restart task")
+            .expect("the apiserver starts again");
+        let (Some(first), Some(admitted)) = (first_answer, admitted) else {
+            panic!("round {round}: the holder was not admitted within 60s: {answers:?}");
+        };
+        println!(
+            "round {round}: the restarted apiserver answered {} ms after the stop began; the \
+             holder was admitted {} ms after that first answer; refusals until then: {answers:?}",
+            first.as_millis(),
+            (admitted - first).as_millis()
+        );
+    }
+}
+
+/// [`claim_client`] that reports a failed read (the apiserver still starting) as a refusal.
+async fn claim_client_lenient(client: &kube::Client, ns: &str, name: &str, by: &str) -> Verdict {
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &oidc_clients());
+    let mut obj = match api.get_status(name).await {
+        Ok(o) => o,
+        Err(kube::Error::Api(s)) => return Err((s.code, format!("read: {}", s.message))),
+        Err(e) => return Err((0, format!("read: {e}"))),
+    };
+    obj.data["status"] = json!({"instance": by});
+    match api.replace_status(name, &PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) => Err((s.code, s.message)),
+        Err(e) => Err((0, e.to_string())),
+    }
+}
