@@ -159,7 +159,9 @@ fn mismatches_fail_and_cluster_wide_names_are_per_install() {
     let notes = chart_install(&sandbox, "");
     assert!(notes.contains("runs 1 replica"), "{notes}");
 
-    // A second install elsewhere, and inject's own policy: three cluster-wide names.
+    // A second install elsewhere, and inject's own policy: five cluster-wide names (each chart
+    // install has an idle-namespace policy and a write fence; `--workload-only` leaves inject's
+    // fence to the chart).
     sandbox.ok(&format!(
         "helm upgrade --install passmower-elector charts/passmower-elector -n other \
          --create-namespace --set image.repository={IMAGE_REPOSITORY}\n\
@@ -178,6 +180,8 @@ EOF\n\
     assert_eq!(
         names.lines().collect::<Vec<_>>(),
         [
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart-fence.other.passmower-elector",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart-fence.passmower.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart.other.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart.passmower.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-inject.passmower.passmower",
