@@ -267,6 +267,15 @@ pub fn rewrite(
         }
     }
 
+    let explicit = opts.sidecar_security_context.as_ref();
+    warnings.extend(super::identity::unmatched_non_root_warning(
+        pod,
+        &opts.container,
+        explicit,
+        &target.describe(),
+    ));
+    let uid_flags = super::identity::supervise_flags(pod, explicit, identity);
+
     // The main container: supervise becomes its entrypoint.
     let containers = pod
         .get_mut("containers")
@@ -277,7 +286,7 @@ pub fn rewrite(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| target.error(format!("container {:?} is not a mapping", opts.container)))?;
-    wrap_main_container(main, target, opts, warnings)?;
+    wrap_main_container(main, target, opts, &uid_flags, warnings)?;
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -329,6 +338,7 @@ fn wrap_main_container(
     main: &mut Mapping,
     target: &Target,
     opts: &InjectOptions,
+    extra_flags: &[String],
     warnings: &mut Vec<String>,
 ) -> Result<(), InjectError> {
     let words = |key: &str| -> Result<Option<Vec<String>>, InjectError> {
@@ -380,8 +390,9 @@ fn wrap_main_container(
         format!("--kill-grace={}", duration_flag(opts.kill_grace)),
         format!("--leader-env={SELECTOR_VAR}={leader_selector}"),
         format!("--follower-env={SELECTOR_VAR}={}", opts.idle_namespace),
-        "--".to_owned(),
     ];
+    supervise.extend(extra_flags.iter().cloned());
+    supervise.push("--".to_owned());
     supervise.extend(program);
     supervise.extend(args);
 
