@@ -52,7 +52,7 @@ fn a_valid_leader_grant_at_start_starts_the_leader() {
     let sb = Sandbox::new();
     sb.write_grant(&leader(1, 1, Duration::from_secs(30)));
     let sv = start_recording(&sb, &[]);
-    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    let pid = sv.wait_started(&sb, "leader", LIMIT).expect("leader child");
     assert_eq!(sb.starts(), vec![(pid, "leader".to_owned())]);
 }
 
@@ -87,7 +87,7 @@ fn the_flag_file_switches_the_app_between_leader_and_follower_environments() {
 
     sb.write_grant(&follower(1, 2));
     let f2 = sv
-        .wait_mode("follower", LIMIT)
+        .wait_started(&sb, "follower", LIMIT)
         .expect("demoted by the flag file");
     assert!(!alive(l1));
     let lines = sb.lines("starts");
