@@ -56,4 +56,9 @@ cp -r "$chart" "$scratch/chart"
 } >"$scratch/chart/templates/notes-check.yaml"
 rm "$scratch/chart/templates/NOTES.txt"
 "$helm" template passmower-elector "$scratch/chart" -n auth "${image[@]}" --show-only templates/notes-check.yaml >/dev/null
+# The webhook chart (tests/webhook_chart.rs renders it with both helms and installs it for real).
+webhook_chart=charts/passmower-elector-webhook
+"$helm" lint --strict "$webhook_chart" "${image[@]}"
+"$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false
+"$helm" template pmw "$webhook_chart" -n passmower-elector-system "${image[@]}" >/dev/null
 echo "check-chart: lint, template, refusals and NOTES.txt OK ($("$helm" version --short))" >&2

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::{copy_self, elect, inject, logging, supervise};
+use crate::{copy_self, elect, inject, logging, supervise, webhook};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,6 +35,8 @@ pub enum Role {
     /// Add the elector, the supervisor and RBAC to Kubernetes manifests (Helm post-renderer).
     #[command(long_about = inject::LONG_ABOUT)]
     Inject(inject::InjectArgs),
+    /// Mutating admission webhook: inject the elector into the pods that opt in by label.
+    Webhook(webhook::WebhookArgs),
     /// Copy this binary to DEST (mode 0755, atomic), for an initContainer without a shell.
     CopySelf(copy_self::CopySelfArgs),
 }
@@ -58,6 +60,7 @@ pub fn run() -> ExitCode {
         Role::Elect(args) => elect::main(args),
         Role::Supervise(args) => supervise::main(args),
         Role::Inject(args) => inject::main(args),
+        Role::Webhook(args) => webhook::main(args),
         Role::CopySelf(args) => copy_self::main(args),
     }
 }

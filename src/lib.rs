@@ -15,3 +15,4 @@ pub mod grant;
 pub mod inject;
 pub mod logging;
 pub mod supervise;
+pub mod webhook;

@@ -30,7 +30,7 @@ fn flags_of(role: &str) -> Vec<String> {
 fn readme_documents_every_flag_of_every_role() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
-    for role in ["elect", "supervise", "inject"] {
+    for role in ["elect", "supervise", "inject", "webhook"] {
         let flags = flags_of(role);
         assert!(
             flags.len() > 5,
@@ -50,7 +50,7 @@ fn readme_documents_every_flag_of_every_role() {
 
 #[test]
 fn every_flag_has_an_environment_variable() {
-    for role in ["elect", "supervise", "inject"] {
+    for role in ["elect", "supervise", "inject", "webhook"] {
         let out = Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
             .args([role, "--help"])
             .output()

@@ -11,6 +11,7 @@ mod identity;
 mod kustomize;
 mod monitor;
 mod options;
+mod pod;
 mod rbac;
 mod strategy;
 mod workload;
@@ -26,11 +27,12 @@ use crate::config::{self, ConfigError};
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
 pub use options::{
-    image_howto, is_dns1123_label, parse_app_command, InjectArgs, InjectOptions, OnError,
-    LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
+    image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command, InjectArgs,
+    InjectOptions, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
 };
+pub use pod::{describe_pod, inject_pod, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};
-pub use workload::{WorkloadKind, PROBE_PORT_NAME};
+pub use workload::{WorkloadKind, ELECTOR_CONTAINER, INSTALL_CONTAINER, PROBE_PORT_NAME};
 pub use yaml::YamlError;
 
 /// This crate's version: written into the marker annotation.

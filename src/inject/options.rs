@@ -43,17 +43,9 @@ pub const LONG_ABOUT: &str =
     Kustomize, Flux, Argo CD: --kustomize DIR writes a kustomize Component instead.\n\n\
     Errors (invalid YAML, no target, bad flags) print nothing on stdout and exit 2.";
 
+/// The flags that say what is injected, shared by both front doors (`inject` and `webhook`).
 #[derive(Debug, clap::Args)]
-pub struct InjectArgs {
-    /// Read manifests from FILE (`-` for stdin).
-    #[arg(
-        short = 'f',
-        long = "file",
-        env = "ELECTOR_FILE",
-        value_name = "FILE",
-        default_value = "-"
-    )]
-    pub file: PathBuf,
+pub struct SidecarArgs {
     /// The container to wrap with `supervise`; workloads without it are not targets.
     #[arg(long, env = "ELECTOR_CONTAINER", default_value = DEFAULT_CONTAINER)]
     pub container: String,
@@ -72,21 +64,9 @@ pub struct InjectArgs {
     /// restartPolicy: Always), for clusters older than Kubernetes 1.29.
     #[arg(long, env = "ELECTOR_CLASSIC_SIDECAR")]
     pub classic_sidecar: bool,
-    /// Workload kinds to target (repeatable or comma-separated): Deployment, StatefulSet.
-    #[arg(
-        long = "kind",
-        env = "ELECTOR_KIND",
-        value_delimiter = ',',
-        default_value = "Deployment"
-    )]
-    pub kinds: Vec<WorkloadKind>,
     /// Lease name; default: the workload's name.
     #[arg(long, env = "ELECTOR_LEASE_NAME")]
     pub lease_name: Option<String>,
-    /// The namespace of manifests that name none (`helm template` output names none: pass the
-    /// release namespace). Names the cluster-wide --deny-idle-namespace policy per install.
-    #[arg(long, env = "ELECTOR_NAMESPACE")]
-    pub namespace: Option<String>,
     /// How long a Lease stays taken without renewal (passed to `elect`).
     #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = config::parse_positive_duration)]
     pub lease_duration: Duration,
@@ -113,6 +93,43 @@ pub struct InjectArgs {
     /// NAMESPACE_SELECTOR given to the leader; default: the container's own value, or `*`.
     #[arg(long, env = "ELECTOR_NAMESPACE_SELECTOR")]
     pub namespace_selector: Option<String>,
+    /// The elector container's resources as JSON (a Kubernetes ResourceRequirements), e.g.
+    /// '{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}'.
+    #[arg(long, env = "ELECTOR_SIDECAR_RESOURCES", value_name = "JSON")]
+    pub sidecar_resources: Option<String>,
+    /// The elector and install containers' securityContext as JSON (a Kubernetes
+    /// SecurityContext); default: the "restricted" profile as the app's non-root
+    /// runAsUser/runAsGroup when it sets one (the elector must read files the app writes and
+    /// the reverse), else as UID 65532.
+    #[arg(long, env = "ELECTOR_SIDECAR_SECURITY_CONTEXT", value_name = "JSON")]
+    pub sidecar_security_context: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InjectArgs {
+    /// Read manifests from FILE (`-` for stdin).
+    #[arg(
+        short = 'f',
+        long = "file",
+        env = "ELECTOR_FILE",
+        value_name = "FILE",
+        default_value = "-"
+    )]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub sidecar: SidecarArgs,
+    /// Workload kinds to target (repeatable or comma-separated): Deployment, StatefulSet.
+    #[arg(
+        long = "kind",
+        env = "ELECTOR_KIND",
+        value_delimiter = ',',
+        default_value = "Deployment"
+    )]
+    pub kinds: Vec<WorkloadKind>,
+    /// The namespace of manifests that name none (`helm template` output names none: pass the
+    /// release namespace). Names the cluster-wide --deny-idle-namespace policy per install.
+    #[arg(long, env = "ELECTOR_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Also emit a ValidatingAdmissionPolicy + binding that forbids creating the idle namespace
     /// (Kubernetes >= 1.30), named after the workload and its namespace.
     #[arg(long, env = "ELECTOR_DENY_IDLE_NAMESPACE")]
@@ -129,16 +146,6 @@ pub struct InjectArgs {
     /// come from elsewhere (the passmower-elector Helm chart, installed as its own release).
     #[arg(long, env = "ELECTOR_WORKLOAD_ONLY")]
     pub workload_only: bool,
-    /// The elector container's resources as JSON (a Kubernetes ResourceRequirements), e.g.
-    /// '{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}'.
-    #[arg(long, env = "ELECTOR_SIDECAR_RESOURCES", value_name = "JSON")]
-    pub sidecar_resources: Option<String>,
-    /// The elector and install containers' securityContext as JSON (a Kubernetes
-    /// SecurityContext); default: the "restricted" profile as the app's non-root
-    /// runAsUser/runAsGroup when it sets one (the elector must read files the app writes and
-    /// the reverse), else as UID 65532.
-    #[arg(long, env = "ELECTOR_SIDECAR_SECURITY_CONTEXT", value_name = "JSON")]
-    pub sidecar_security_context: Option<String>,
     /// Instead of the rewritten stream, write a kustomize Component to DIR: kustomization.yaml
     /// with the workload patches (the form Flux's HelmRelease postRenderers take) and
     /// resources.yaml with the objects to add. Nothing goes to stdout.
@@ -227,43 +234,54 @@ impl InjectOptions {
     }
 }
 
-impl TryFrom<&InjectArgs> for InjectOptions {
-    type Error = ConfigError;
-
-    fn try_from(args: &InjectArgs) -> Result<Self, ConfigError> {
-        let app_command = args
+impl SidecarArgs {
+    /// The options these flags set; the settings only `inject` has keep their defaults.
+    /// Not validated yet: the caller adds its own settings first.
+    pub fn options(&self) -> Result<InjectOptions, ConfigError> {
+        let app_command = self
             .app_command
             .as_deref()
             .map(parse_app_command)
             .transpose()?;
-        let options = InjectOptions {
-            container: args.container.clone(),
-            image: args.image.clone().unwrap_or_default(),
+        Ok(InjectOptions {
+            container: self.container.clone(),
+            image: self.image.clone().unwrap_or_default(),
             app_command,
-            classic_sidecar: args.classic_sidecar,
+            classic_sidecar: self.classic_sidecar,
+            lease_name: self.lease_name.clone(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            kill_grace: self.kill_grace,
+            probe_port: self.probe_port,
+            toggle_port: self.toggle_port,
+            idle_namespace: self.idle_namespace.clone(),
+            namespace_selector: self.namespace_selector.clone(),
+            sidecar_resources: parse_json_flag(
+                "--sidecar-resources",
+                self.sidecar_resources.as_deref(),
+            )?,
+            sidecar_security_context: parse_json_flag(
+                "--sidecar-security-context",
+                self.sidecar_security_context.as_deref(),
+            )?,
+            ..InjectOptions::new(String::new())
+        })
+    }
+}
+
+impl TryFrom<&InjectArgs> for InjectOptions {
+    type Error = ConfigError;
+
+    fn try_from(args: &InjectArgs) -> Result<Self, ConfigError> {
+        let options = InjectOptions {
             kinds: args.kinds.clone(),
-            lease_name: args.lease_name.clone(),
             namespace: args.namespace.clone(),
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-            kill_grace: args.kill_grace,
-            probe_port: args.probe_port,
-            toggle_port: args.toggle_port,
-            idle_namespace: args.idle_namespace.clone(),
-            namespace_selector: args.namespace_selector.clone(),
             deny_idle_namespace: args.deny_idle_namespace,
             keep_strategy: args.keep_strategy,
             allow_none: args.allow_none,
             workload_only: args.workload_only,
-            sidecar_resources: parse_json_flag(
-                "--sidecar-resources",
-                args.sidecar_resources.as_deref(),
-            )?,
-            sidecar_security_context: parse_json_flag(
-                "--sidecar-security-context",
-                args.sidecar_security_context.as_deref(),
-            )?,
+            ..args.sidecar.options()?
         };
         options.validate()?;
         Ok(options)
@@ -310,7 +328,8 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
-fn is_dns1123_subdomain(s: &str) -> bool {
+/// Whether `s` is a DNS-1123 subdomain: what a Lease name must be.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 

@@ -222,7 +222,40 @@ fn scalar_string(v: &Value) -> Option<&str> {
     v.as_str()
 }
 
-/// Rewrites `root` (a target workload) in place.
+/// Where a pod spec sits and how messages name it: a workload's template (`inject`) or a Pod
+/// itself (`webhook`). The rewrite is the same; only the names in its messages differ.
+#[derive(Debug, Clone)]
+pub struct PodSite {
+    /// The document of the stream (1-based; 0 for an admission request).
+    pub document: usize,
+    /// `Kind/name` of the object, for messages.
+    pub workload: String,
+    /// The pod spec's path in the object, for messages: `spec.template.spec` or `spec`.
+    pub path: &'static str,
+}
+
+impl PodSite {
+    fn error(&self, reason: impl Into<String>) -> InjectError {
+        InjectError::Manifest {
+            document: self.document,
+            workload: self.workload.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Target {
+    fn site(&self) -> PodSite {
+        PodSite {
+            document: self.document,
+            workload: self.describe(),
+            path: "spec.template.spec",
+        }
+    }
+}
+
+/// Rewrites `root` (a target workload) in place: its pod template, its rollout strategy and
+/// its annotations.
 pub fn rewrite(
     root: &mut Value,
     target: &Target,
@@ -232,89 +265,7 @@ pub fn rewrite(
     let info = target.info(opts);
     let pod = child_mapping(root, &["spec", "template", "spec"])
         .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?;
-
-    for (list, ours) in [
-        ("volumes", [FLAG_VOLUME, BIN_VOLUME]),
-        ("initContainers", [INSTALL_CONTAINER, ELECTOR_CONTAINER]),
-        ("containers", [ELECTOR_CONTAINER, INSTALL_CONTAINER]),
-    ] {
-        let names = pod.get(list).and_then(Value::as_sequence);
-        if let Some(clash) = names
-            .into_iter()
-            .flatten()
-            .filter_map(|v| str_at(v, &["name"]))
-            .find(|n| ours.contains(n))
-        {
-            return Err(target.error(format!(
-                "spec.template.spec.{list} already has {clash:?} but the workload lacks the \
-                 {INJECTED_ANNOTATION} annotation; remove the partial injection first"
-            )));
-        }
-    }
-
-    let identity = super::identity::app_identity(pod, &opts.container);
-    if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
-        if explicit.run_as_user != Some(app.uid) {
-            warnings.push(format!(
-                "{}: container {:?} runs as UID {} but --sidecar-security-context sets runAsUser \
-                 {:?}: the app and the elector read each other's 0600 files, so they must run \
-                 as the same user",
-                target.describe(),
-                opts.container,
-                app.uid,
-                explicit.run_as_user
-            ));
-        }
-    }
-
-    let explicit = opts.sidecar_security_context.as_ref();
-    warnings.extend(super::identity::unmatched_non_root_warning(
-        pod,
-        &opts.container,
-        explicit,
-        &target.describe(),
-    ));
-    let uid_flags = super::identity::supervise_flags(pod, explicit, identity);
-
-    // The main container: supervise becomes its entrypoint.
-    let containers = pod
-        .get_mut("containers")
-        .and_then(Value::as_sequence_mut)
-        .ok_or_else(|| target.error("spec.template.spec.containers is not a list"))?;
-    let main = containers
-        .iter_mut()
-        .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
-        .and_then(Value::as_mapping_mut)
-        .ok_or_else(|| target.error(format!("container {:?} is not a mapping", opts.container)))?;
-    wrap_main_container(main, target, opts, &uid_flags, warnings)?;
-
-    // Sidecars go last among the initContainers so the app's own init steps finish before
-    // this pod starts contending for the Lease, and the binary is in place before `supervise`.
-    let elector = to_value(&elector_container(&info, opts, identity));
-    let install = to_value(&install_container(opts, identity));
-    append(pod, "initContainers", install)
-        .map_err(|()| target.error("spec.template.spec.initContainers is not a list"))?;
-    let sidecar_list = if opts.classic_sidecar {
-        "containers"
-    } else {
-        "initContainers"
-    };
-    append(pod, sidecar_list, elector)
-        .map_err(|()| target.error(format!("spec.template.spec.{sidecar_list} is not a list")))?;
-    for volume in volumes() {
-        append(pod, "volumes", to_value(&volume))
-            .map_err(|()| target.error("spec.template.spec.volumes is not a list"))?;
-    }
-
-    // Shutdown must fit the app's own stop, the kill grace and the Lease release.
-    let existing = match pod.get("terminationGracePeriodSeconds") {
-        None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_SECONDS,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| target.error("terminationGracePeriodSeconds is not a whole number"))?,
-    };
-    let grace = existing + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
-    pod.insert("terminationGracePeriodSeconds".into(), grace.into());
+    rewrite_pod_spec(pod, &target.site(), &info.lease, opts, warnings)?;
 
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
@@ -332,11 +283,104 @@ pub fn rewrite(
     Ok(info)
 }
 
+/// The one pod rewrite both front doors share: wraps the target container with `supervise`,
+/// adds the elector sidecar for `lease`, the `copy-self` initContainer and the shared volumes,
+/// and lengthens the termination grace period by the kill grace and the Lease release.
+pub fn rewrite_pod_spec(
+    pod: &mut Mapping,
+    site: &PodSite,
+    lease: &str,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(), InjectError> {
+    let path = site.path;
+    for (list, ours) in [
+        ("volumes", [FLAG_VOLUME, BIN_VOLUME]),
+        ("initContainers", [INSTALL_CONTAINER, ELECTOR_CONTAINER]),
+        ("containers", [ELECTOR_CONTAINER, INSTALL_CONTAINER]),
+    ] {
+        let names = pod.get(list).and_then(Value::as_sequence);
+        if let Some(clash) = names
+            .into_iter()
+            .flatten()
+            .filter_map(|v| str_at(v, &["name"]))
+            .find(|n| ours.contains(n))
+        {
+            return Err(site.error(format!(
+                "{path}.{list} already has {clash:?} but the workload lacks the \
+                 {INJECTED_ANNOTATION} annotation; remove the partial injection first"
+            )));
+        }
+    }
+
+    let identity = super::identity::app_identity(pod, &opts.container);
+    if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
+        if explicit.run_as_user != Some(app.uid) {
+            warnings.push(format!(
+                "{}: container {:?} runs as UID {} but --sidecar-security-context sets runAsUser \
+                 {:?}: the app and the elector read each other's 0600 files, so they must run \
+                 as the same user",
+                site.workload, opts.container, app.uid, explicit.run_as_user
+            ));
+        }
+    }
+
+    let explicit = opts.sidecar_security_context.as_ref();
+    warnings.extend(super::identity::unmatched_non_root_warning(
+        pod,
+        &opts.container,
+        explicit,
+        &site.workload,
+    ));
+    let uid_flags = super::identity::supervise_flags(pod, explicit, identity);
+
+    // The main container: supervise becomes its entrypoint.
+    let containers = pod
+        .get_mut("containers")
+        .and_then(Value::as_sequence_mut)
+        .ok_or_else(|| site.error(format!("{path}.containers is not a list")))?;
+    let main = containers
+        .iter_mut()
+        .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
+    wrap_main_container(main, site, opts, &uid_flags, warnings)?;
+
+    // Sidecars go last among the initContainers so the app's own init steps finish before
+    // this pod starts contending for the Lease, and the binary is in place before `supervise`.
+    let elector = to_value(&elector_container(lease, opts, identity));
+    let install = to_value(&install_container(opts, identity));
+    append(pod, "initContainers", install)
+        .map_err(|()| site.error(format!("{path}.initContainers is not a list")))?;
+    let sidecar_list = if opts.classic_sidecar {
+        "containers"
+    } else {
+        "initContainers"
+    };
+    append(pod, sidecar_list, elector)
+        .map_err(|()| site.error(format!("{path}.{sidecar_list} is not a list")))?;
+    for volume in volumes() {
+        append(pod, "volumes", to_value(&volume))
+            .map_err(|()| site.error(format!("{path}.volumes is not a list")))?;
+    }
+
+    // Shutdown must fit the app's own stop, the kill grace and the Lease release.
+    let existing = match pod.get("terminationGracePeriodSeconds") {
+        None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_SECONDS,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| site.error("terminationGracePeriodSeconds is not a whole number"))?,
+    };
+    let grace = existing + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    pod.insert("terminationGracePeriodSeconds".into(), grace.into());
+    Ok(())
+}
+
 /// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
 /// per-mode environments.
 fn wrap_main_container(
     main: &mut Mapping,
-    target: &Target,
+    site: &PodSite,
     opts: &InjectOptions,
     extra_flags: &[String],
     warnings: &mut Vec<String>,
@@ -350,11 +394,11 @@ fn wrap_main_container(
                     Value::String(s) => Ok(s.clone()),
                     Value::Number(n) => Ok(n.to_string()),
                     Value::Bool(b) => Ok(b.to_string()),
-                    _ => Err(target.error(format!("container {key} holds a non-string item"))),
+                    _ => Err(site.error(format!("container {key} holds a non-string item"))),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(_) => Err(target.error(format!("container {key} is not a list"))),
+            Some(_) => Err(site.error(format!("container {key} is not a list"))),
         }
     };
     let command = words("command")?.filter(|c| !c.is_empty());
@@ -368,14 +412,14 @@ fn wrap_main_container(
             .collect(),
         (None, None) => {
             return Err(InjectError::NoCommand {
-                document: target.document,
-                workload: target.describe(),
+                document: site.document,
+                workload: site.workload.clone(),
                 container: opts.container.clone(),
             })
         }
     };
 
-    let leader_selector = leader_selector(main, target, opts, warnings)?;
+    let leader_selector = leader_selector(main, site, opts, warnings)?;
     if main
         .get("env")
         .and_then(Value::as_sequence)
@@ -419,7 +463,7 @@ fn wrap_main_container(
     ];
     for mount in mounts {
         append(main, "volumeMounts", to_value(&mount))
-            .map_err(|()| target.error("container volumeMounts is not a list"))?;
+            .map_err(|()| site.error("container volumeMounts is not a list"))?;
     }
     Ok(())
 }
@@ -430,7 +474,7 @@ fn wrap_main_container(
 /// expands in the container's arguments at start.
 fn leader_selector(
     main: &mut Mapping,
-    target: &Target,
+    site: &PodSite,
     opts: &InjectOptions,
     warnings: &mut Vec<String>,
 ) -> Result<String, InjectError> {
@@ -441,16 +485,16 @@ fn leader_selector(
     let env = match main.get_mut("env") {
         None | Some(Value::Null) => None,
         Some(Value::Sequence(env)) => Some(env),
-        Some(_) => return Err(target.error("container env is not a list")),
+        Some(_) => return Err(site.error("container env is not a list")),
     };
     let Some(env) = env else {
-        return Ok(default_selector(target, opts, has_env_from, warnings));
+        return Ok(default_selector(site, opts, has_env_from, warnings));
     };
     let position = env
         .iter()
         .rposition(|e| str_at(e, &["name"]) == Some(SELECTOR_VAR));
     let Some(position) = position else {
-        return Ok(default_selector(target, opts, has_env_from, warnings));
+        return Ok(default_selector(site, opts, has_env_from, warnings));
     };
     // Kubernetes keeps the last of duplicate entries; drop every other one.
     let last = env.remove(position);
@@ -467,7 +511,7 @@ fn leader_selector(
                 == Some(true)
         });
         if optional {
-            return Err(target.error(format!(
+            return Err(site.error(format!(
                 "{SELECTOR_VAR} comes from an optional valueFrom reference, which cannot be \
                  wrapped (when the key is missing the leader would get a literal \
                  $({LEADER_SELECTOR_VAR})); pass --namespace-selector or make it non-optional"
@@ -493,7 +537,7 @@ fn leader_selector(
 }
 
 fn default_selector(
-    target: &Target,
+    site: &PodSite,
     opts: &InjectOptions,
     has_env_from: bool,
     warnings: &mut Vec<String>,
@@ -505,15 +549,14 @@ fn default_selector(
         warnings.push(format!(
             "{}: container {:?} sets no {SELECTOR_VAR} but has envFrom; if that supplies \
              {SELECTOR_VAR}, the leader now gets `*` instead: pass --namespace-selector",
-            target.describe(),
-            opts.container
+            site.workload, opts.container
         ));
     }
     "*".to_owned()
 }
 
 fn elector_container(
-    info: &WorkloadInfo,
+    lease: &str,
     opts: &InjectOptions,
     identity: Option<AppIdentity>,
 ) -> Container {
@@ -545,7 +588,7 @@ fn elector_container(
         command: Some(vec![IMAGE_BINARY.into()]),
         args: Some(vec![
             "elect".into(),
-            format!("--lease-name={}", info.lease),
+            format!("--lease-name={lease}"),
             format!("--lease-duration={}", duration_flag(opts.lease_duration)),
             format!("--renew-deadline={}", duration_flag(opts.renew_deadline)),
             format!("--retry-period={}", duration_flag(opts.retry_period)),

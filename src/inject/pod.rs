@@ -1,0 +1,227 @@
+//! The Pod front door of the injection: the pod-spec rewrite `inject` applies to a workload's
+//! template, applied to a Pod as the admission webhook receives it.
+
+use serde_norway::{Mapping, Value};
+
+use super::workload::{
+    self, at, str_at, PodSite, BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME, INSTALL_CONTAINER,
+};
+use super::{
+    InjectError, InjectOptions, INJECTED_ANNOTATION, LEASE_ANNOTATION, VERSION, WARNINGS_ANNOTATION,
+};
+
+/// What the injection made of one Pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodOutcome {
+    /// The Pod with the elector added, and what its owner should know.
+    Injected { pod: Value, warnings: Vec<String> },
+    /// Left as it is, and why (no target container, already injected).
+    Unchanged(String),
+}
+
+/// `Pod/name` (or the generated name's prefix) for messages.
+pub fn describe_pod(pod: &Value) -> String {
+    let name = str_at(pod, &["metadata", "name"])
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            str_at(pod, &["metadata", "generateName"])
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("{n}*"))
+        })
+        .unwrap_or_else(|| "(unnamed)".into());
+    format!("Pod/{name}")
+}
+
+/// Injects the elector into `pod` for `lease`, with the same rewrite `inject` gives a
+/// workload's template. The Pod carries the marker annotations itself, since nothing else does.
+pub fn inject_pod(
+    pod: &Value,
+    lease: &str,
+    opts: &InjectOptions,
+) -> Result<PodOutcome, InjectError> {
+    let describe = describe_pod(pod);
+    if let Some(version) =
+        at(pod, &["metadata", "annotations", INJECTED_ANNOTATION]).and_then(Value::as_str)
+    {
+        return Ok(PodOutcome::Unchanged(format!(
+            "{describe} is already injected (by passmower-elector {version})"
+        )));
+    }
+    // A pod of a workload `inject` rewrote carries the sidecar but no annotation of its own.
+    let ours = [ELECTOR_CONTAINER, INSTALL_CONTAINER];
+    for list in ["initContainers", "containers"] {
+        let found = at(pod, &["spec", list])
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| str_at(c, &["name"]))
+            .find(|n| ours.contains(n));
+        if let Some(name) = found {
+            return Ok(PodOutcome::Unchanged(format!(
+                "{describe} already has container {name:?} in spec.{list} (injected by `inject`?)"
+            )));
+        }
+    }
+    let has_our_volume = at(pod, &["spec", "volumes"])
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| str_at(v, &["name"]))
+        .any(|n| n == FLAG_VOLUME || n == BIN_VOLUME);
+    if has_our_volume {
+        return Ok(PodOutcome::Unchanged(format!(
+            "{describe} already has a passmower-elector volume"
+        )));
+    }
+    let is_target = at(pod, &["spec", "containers"])
+        .and_then(Value::as_sequence)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+        });
+    if !is_target {
+        return Ok(PodOutcome::Unchanged(format!(
+            "{describe} has no container named {:?}",
+            opts.container
+        )));
+    }
+
+    let site = PodSite {
+        document: 0,
+        workload: describe.clone(),
+        path: "spec",
+    };
+    let mut pod = pod.clone();
+    let mut warnings = Vec::new();
+    let spec = child_mapping(&mut pod, &["spec"]).ok_or_else(|| InjectError::Manifest {
+        document: 0,
+        workload: describe.clone(),
+        reason: "spec is not a mapping".into(),
+    })?;
+    workload::rewrite_pod_spec(spec, &site, lease, opts, &mut warnings)?;
+    let annotations = child_mapping(&mut pod, &["metadata", "annotations"]).ok_or_else(|| {
+        InjectError::Manifest {
+            document: 0,
+            workload: describe,
+            reason: "metadata.annotations is not a mapping".into(),
+        }
+    })?;
+    annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
+    annotations.insert(LEASE_ANNOTATION.into(), lease.into());
+    if !warnings.is_empty() {
+        annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
+    }
+    Ok(PodOutcome::Injected { pod, warnings })
+}
+
+/// The mapping at `path`, created where missing or null.
+fn child_mapping<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Mapping> {
+    let mut current = root;
+    for key in path {
+        let map = current.as_mapping_mut()?;
+        let slot = map
+            .entry(Value::from(*key))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        if slot.is_null() {
+            *slot = Value::Mapping(Mapping::new());
+        }
+        current = slot;
+    }
+    current.as_mapping_mut()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::workload::tests::{opts, DEPLOYMENT};
+    use crate::inject::{inject, yaml::parse_stream};
+
+    const POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  generateName: pm-7d9f-
+  labels: {app: pm}
+spec:
+  containers:
+  - name: passmower
+    image: passmower:2.2.0
+";
+
+    fn pod() -> Value {
+        parse_stream(POD).unwrap()[0].value.clone()
+    }
+
+    #[test]
+    fn a_pod_gets_the_same_spec_as_injects_template() {
+        let PodOutcome::Injected { pod, warnings } = inject_pod(&pod(), "pm", &opts()).unwrap()
+        else {
+            panic!("not injected");
+        };
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let injected = inject(DEPLOYMENT, &opts()).unwrap();
+        let template = &injected.rewrites[0].after["spec"]["template"]["spec"];
+        assert_eq!(&pod["spec"], template);
+        assert_eq!(
+            pod["metadata"]["annotations"][LEASE_ANNOTATION].as_str(),
+            Some("pm")
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"][INJECTED_ANNOTATION].as_str(),
+            Some(VERSION)
+        );
+    }
+
+    #[test]
+    fn injecting_twice_changes_nothing() {
+        let PodOutcome::Injected { pod, .. } = inject_pod(&pod(), "pm", &opts()).unwrap() else {
+            panic!("not injected");
+        };
+        assert!(matches!(
+            inject_pod(&pod, "pm", &opts()).unwrap(),
+            PodOutcome::Unchanged(reason) if reason.contains("already injected")
+        ));
+    }
+
+    #[test]
+    fn a_pod_of_an_injected_workload_is_left_as_it_is() {
+        let injected = inject(DEPLOYMENT, &opts()).unwrap();
+        let mut from_template = pod();
+        from_template["spec"] = injected.rewrites[0].after["spec"]["template"]["spec"].clone();
+        assert!(matches!(
+            inject_pod(&from_template, "pm", &opts()).unwrap(),
+            PodOutcome::Unchanged(reason) if reason.contains("passmower-elector-install")
+        ));
+    }
+
+    #[test]
+    fn a_pod_without_the_container_is_not_a_target() {
+        let other = POD.replace("name: passmower", "name: redis");
+        let value = parse_stream(&other).unwrap()[0].value.clone();
+        assert!(matches!(
+            inject_pod(&value, "pm", &opts()).unwrap(),
+            PodOutcome::Unchanged(reason) if reason.contains("Pod/pm-7d9f-*") && reason.contains("\"passmower\"")
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_pod_and_its_spec_path() {
+        let text = POD.replace("name: passmower", "name: app");
+        let value = parse_stream(&text).unwrap()[0].value.clone();
+        let opts = InjectOptions {
+            container: "app".into(),
+            ..opts()
+        };
+        let err = inject_pod(&value, "pm", &opts).unwrap_err();
+        assert!(matches!(err, InjectError::NoCommand { .. }), "{err}");
+        assert!(err.to_string().contains("Pod/pm-7d9f-*"), "{err}");
+
+        let broken = POD.replace("spec:\n  containers:", "spec:\n  volumes: 3\n  containers:");
+        let value = parse_stream(&broken).unwrap()[0].value.clone();
+        let err = inject_pod(&value, "pm", &super::super::workload::tests::opts()).unwrap_err();
+        assert!(
+            err.to_string().contains("spec.volumes is not a list"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,482 @@
+//! The admission decision for one request: whether the object is a pod to inject, with which
+//! options (the webhook's flags, then the pod's own annotations), whether its ServiceAccount
+//! may hold the Lease, and the response the API server gets.
+
+use serde_json::Value;
+
+use super::access::{Access, LeaseAccess};
+use super::patch;
+use super::review::{AdmissionRequest, AdmissionResponse};
+use crate::inject::{
+    describe_pod, inject_pod, is_dns1123_subdomain, parse_app_command, InjectError, InjectOptions,
+    PodOutcome, LEASE_ANNOTATION,
+};
+
+/// Label (on a namespace or a pod) that opts in with `enabled`; on a pod, `disabled` opts out
+/// (the webhook's own pods carry it). As a pod annotation, `disabled` opts out too.
+pub const INJECT_LABEL: &str = "passmower-elector.io/inject";
+/// Pod annotation: the container to wrap, instead of `--container`.
+pub const CONTAINER_ANNOTATION: &str = "passmower-elector.io/container";
+/// Pod annotation: the app's command, instead of `--app-command` (words, or a JSON array).
+pub const APP_COMMAND_ANNOTATION: &str = "passmower-elector.io/app-command";
+/// Pod annotation: the leader's NAMESPACE_SELECTOR, instead of `--namespace-selector`.
+pub const NAMESPACE_SELECTOR_ANNOTATION: &str = "passmower-elector.io/namespace-selector";
+/// Namespaces never injected, whatever their labels: the cluster's own.
+pub const NEVER_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// What became of a request, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Injected,
+    Skipped,
+    Refused,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Injected => "injected",
+            Outcome::Skipped => "skipped",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// Decides and builds responses. Shared by every connection.
+pub struct Injector {
+    /// The webhook's flags, validated at start.
+    pub base: InjectOptions,
+    /// `None` when the Lease permission check is switched off.
+    pub access: Option<LeaseAccess>,
+}
+
+impl Injector {
+    /// The response to `request`, and what it was.
+    pub async fn admit(&self, request: &AdmissionRequest) -> (AdmissionResponse, Outcome) {
+        match self.decide(request).await {
+            Decision::Skip(reason) => {
+                tracing::debug!(uid = %request.uid, %reason, "admitted unchanged");
+                let mut response = AdmissionResponse::allow(&request.uid);
+                response.audit_annotations.insert("skipped".into(), reason);
+                (response, Outcome::Skipped)
+            }
+            Decision::Refuse {
+                code,
+                reason,
+                message,
+            } => {
+                tracing::info!(uid = %request.uid, %message, "refused");
+                (
+                    AdmissionResponse::refuse(&request.uid, code, reason, message),
+                    Outcome::Refused,
+                )
+            }
+            Decision::Inject {
+                patch,
+                warnings,
+                what,
+            } => {
+                tracing::info!(uid = %request.uid, %what, "injected");
+                let mut response = AdmissionResponse::patched(&request.uid, &patch);
+                response.warnings = warnings;
+                response.audit_annotations.insert("injected".into(), what);
+                (response, Outcome::Injected)
+            }
+        }
+    }
+
+    async fn decide(&self, request: &AdmissionRequest) -> Decision {
+        let kind = &request.kind;
+        if (
+            kind.group.as_str(),
+            kind.version.as_str(),
+            kind.kind.as_str(),
+        ) != ("", "v1", "Pod")
+            || request
+                .sub_resource
+                .as_deref()
+                .is_some_and(|s| !s.is_empty())
+        {
+            return Decision::Skip(format!(
+                "only pods are injected, not {}/{} {}{}",
+                kind.group,
+                kind.version,
+                kind.kind,
+                request
+                    .sub_resource
+                    .as_deref()
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default()
+            ));
+        }
+        if request.operation != "CREATE" {
+            return Decision::Skip(format!(
+                "only CREATE is injected, not {}",
+                request.operation
+            ));
+        }
+        let namespace = request.namespace.clone().unwrap_or_default();
+        if NEVER_NAMESPACES.contains(&namespace.as_str()) {
+            return Decision::Skip(format!("namespace {namespace} is never injected"));
+        }
+        let Some(pod) = request.object.as_ref().filter(|o| o.is_object()) else {
+            return Decision::refuse(400, "BadRequest", "the CREATE request carries no object");
+        };
+        let describe = format!("{namespace}/{}", describe_pod_json(pod));
+        let label = pod["metadata"]["labels"][INJECT_LABEL].as_str();
+        let annotation = pod["metadata"]["annotations"][INJECT_LABEL].as_str();
+        if label == Some("disabled") || annotation == Some("disabled") {
+            return Decision::Skip(format!("{describe} opts out ({INJECT_LABEL}: disabled)"));
+        }
+
+        let opts = match self.pod_options(pod) {
+            Ok(opts) => opts,
+            Err(message) => {
+                return Decision::refuse(400, "BadRequest", format!("{describe}: {message}"))
+            }
+        };
+        let lease = match lease_for(pod, &opts) {
+            Ok(lease) => lease,
+            Err(message) => {
+                return Decision::refuse(400, "BadRequest", format!("{describe}: {message}"))
+            }
+        };
+
+        let Ok(yaml) = serde_norway::to_value(pod) else {
+            return Decision::refuse(400, "BadRequest", format!("{describe}: unreadable object"));
+        };
+        let (injected, mut warnings) = match inject_pod(&yaml, &lease, &opts) {
+            Ok(PodOutcome::Unchanged(reason)) => {
+                return Decision::Skip(format!("{namespace}/{reason}"))
+            }
+            Ok(PodOutcome::Injected { pod, warnings }) => (pod, warnings),
+            Err(e) => {
+                return Decision::refuse(
+                    422,
+                    "Invalid",
+                    format!(
+                        "{describe} opts in to passmower-elector but cannot be injected: {}",
+                        admission_message(&e)
+                    ),
+                )
+            }
+        };
+
+        if let Some(access) = &self.access {
+            let account = pod["spec"]["serviceAccountName"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default");
+            match access.may_update_lease(&namespace, account, &lease).await {
+                Access::Allowed => {}
+                Access::Denied(why) => {
+                    return Decision::refuse(
+                        403,
+                        "Forbidden",
+                        format!(
+                            "{describe} opts in to passmower-elector, but its ServiceAccount \
+                             {namespace}/{account} may not update Lease {namespace}/{lease} \
+                             (coordination.k8s.io), so its elector could never lead: install the \
+                             passmower-elector chart for this workload in {namespace} (Role and \
+                             RoleBinding for the Lease), or name the Lease the Role allows with \
+                             the {LEASE_ANNOTATION} annotation{}",
+                            if why.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({why})")
+                            }
+                        ),
+                    )
+                }
+                Access::Unknown(why) => warnings.push(format!(
+                    "passmower-elector could not check that ServiceAccount {namespace}/{account} \
+                     may update Lease {lease}: {why}"
+                )),
+            }
+        }
+
+        let Ok(after) = serde_json::to_value(&injected) else {
+            return Decision::refuse(500, "InternalError", format!("{describe}: cannot encode"));
+        };
+        Decision::Inject {
+            patch: patch::diff(pod, &after),
+            warnings,
+            what: format!("{describe}: Lease {lease}, container {:?}", opts.container),
+        }
+    }
+
+    /// The webhook's options with the pod's annotations applied.
+    fn pod_options(&self, pod: &Value) -> Result<InjectOptions, String> {
+        let mut opts = self.base.clone();
+        let annotation = |key: &str| pod["metadata"]["annotations"][key].as_str();
+        if let Some(container) = annotation(CONTAINER_ANNOTATION) {
+            if container.is_empty() {
+                return Err(format!("annotation {CONTAINER_ANNOTATION} is empty"));
+            }
+            opts.container = container.to_owned();
+        }
+        if let Some(command) = annotation(APP_COMMAND_ANNOTATION) {
+            opts.app_command = Some(
+                parse_app_command(command)
+                    .map_err(|e| format!("annotation {APP_COMMAND_ANNOTATION}: {}", e.reason))?,
+            );
+        }
+        if let Some(selector) = annotation(NAMESPACE_SELECTOR_ANNOTATION) {
+            if selector.trim().is_empty() {
+                return Err(format!(
+                    "annotation {NAMESPACE_SELECTOR_ANNOTATION} is empty (use `*` for all namespaces)"
+                ));
+            }
+            opts.namespace_selector = Some(selector.to_owned());
+        }
+        Ok(opts)
+    }
+}
+
+enum Decision {
+    Inject {
+        patch: Value,
+        warnings: Vec<String>,
+        what: String,
+    },
+    Skip(String),
+    Refuse {
+        code: u16,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl Decision {
+    fn refuse(code: u16, reason: &'static str, message: impl Into<String>) -> Decision {
+        Decision::Refuse {
+            code,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+fn describe_pod_json(pod: &Value) -> String {
+    serde_norway::to_value(pod)
+        .map(|v| describe_pod(&v))
+        .unwrap_or_else(|_| "Pod".into())
+}
+
+/// The Lease a pod's elector holds: the pod's annotation, else `--lease-name`, else its
+/// workload's name (what `inject` and the chart name it): the Deployment behind a ReplicaSet,
+/// the StatefulSet, or whatever else controls the pod. A bare pod must name it.
+fn lease_for(pod: &Value, opts: &InjectOptions) -> Result<String, String> {
+    let lease = if let Some(explicit) = pod["metadata"]["annotations"][LEASE_ANNOTATION].as_str() {
+        explicit.to_owned()
+    } else if let Some(flag) = &opts.lease_name {
+        flag.clone()
+    } else {
+        let owner = pod["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["controller"].as_bool() == Some(true));
+        let Some((kind, name)) =
+            owner.and_then(|o| Some((o["kind"].as_str()?, o["name"].as_str()?)))
+        else {
+            return Err(format!(
+                "no controller owns the pod, so its Lease cannot be named after a workload: set \
+                 the {LEASE_ANNOTATION} annotation"
+            ));
+        };
+        let hash = pod["metadata"]["labels"]["pod-template-hash"].as_str();
+        match (kind, hash) {
+            ("ReplicaSet", Some(hash)) => name
+                .strip_suffix(&format!("-{hash}"))
+                .unwrap_or(name)
+                .to_owned(),
+            _ => name.to_owned(),
+        }
+    };
+    if !is_dns1123_subdomain(&lease) {
+        return Err(format!(
+            "Lease name {lease:?} is not a DNS-1123 subdomain (set the {LEASE_ANNOTATION} annotation)"
+        ));
+    }
+    Ok(lease)
+}
+
+/// An injection error worded for an admission response: the pod, not a document of a stream,
+/// and the pod's annotations as the way out, not `inject`'s flags.
+fn admission_message(e: &InjectError) -> String {
+    match e {
+        InjectError::Manifest { reason, .. } => reason.clone(),
+        InjectError::NoCommand { container, .. } => format!(
+            "container {container:?} sets no command, so the app command is unknown; set the \
+             {APP_COMMAND_ANNOTATION} annotation (e.g. 'node server.js') or --app-command"
+        ),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::patch::tests::apply;
+    use crate::webhook::review::parse;
+    use serde_json::json;
+
+    fn injector() -> Injector {
+        Injector {
+            base: InjectOptions::new("registry.example.com/passmower-elector:test"),
+            access: None,
+        }
+    }
+
+    fn request(object: Value) -> AdmissionRequest {
+        let body = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "pm", "operation": "CREATE", "userInfo": {},
+                        "object": object}
+        });
+        parse(&serde_json::to_vec(&body).unwrap()).unwrap()
+    }
+
+    fn deployment_pod() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "passmower-5f7c9-", "namespace": "pm",
+                         "labels": {"app": "pm", "pod-template-hash": "5f7c9"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                             "name": "passmower-5f7c9", "uid": "x", "controller": true}]},
+            "spec": {"serviceAccountName": "passmower", "terminationGracePeriodSeconds": 30,
+                     "containers": [{"name": "passmower", "image": "passmower:1.3.0",
+                                     "env": [{"name": "NAMESPACE_SELECTOR", "value": "*"}]}]}
+        })
+    }
+
+    async fn admitted(object: Value) -> (AdmissionResponse, Outcome) {
+        injector().admit(&request(object)).await
+    }
+
+    #[tokio::test]
+    async fn a_deployments_pod_gets_the_sidecar_and_the_deployments_lease() {
+        let pod = deployment_pod();
+        let (response, outcome) = admitted(pod.clone()).await;
+        assert_eq!(outcome, Outcome::Injected, "{response:?}");
+        let patch: Value = serde_json::from_slice(&response.patch.unwrap().0).unwrap();
+        let after = apply(&pod, &patch);
+        assert_eq!(
+            after["metadata"]["annotations"][LEASE_ANNOTATION],
+            "passmower"
+        );
+        let init = after["spec"]["initContainers"].as_array().unwrap();
+        assert_eq!(init.len(), 2);
+        assert!(init[1]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--lease-name=passmower")));
+        // Injecting the result again changes nothing.
+        let (again, outcome) = admitted(after).await;
+        assert_eq!(outcome, Outcome::Skipped);
+        assert!(again.patch.is_none());
+        assert!(again.audit_annotations["skipped"].contains("already injected"));
+    }
+
+    #[tokio::test]
+    async fn annotations_override_the_flags_and_bad_ones_are_refused_by_name() {
+        let mut pod = deployment_pod();
+        pod["metadata"]["annotations"] = json!({
+            LEASE_ANNOTATION: "custom",
+            NAMESPACE_SELECTOR_ANNOTATION: "tenant-a",
+        });
+        let (response, _) = admitted(pod.clone()).await;
+        let after = apply(
+            &pod,
+            &serde_json::from_slice(&response.patch.unwrap().0).unwrap(),
+        );
+        let args = after["spec"]["containers"][0]["args"].to_string();
+        assert!(
+            args.contains("--leader-env=NAMESPACE_SELECTOR=tenant-a"),
+            "{args}"
+        );
+        assert!(after["spec"]["initContainers"][1]["args"]
+            .to_string()
+            .contains("--lease-name=custom"));
+
+        for (key, value, expected) in [
+            (LEASE_ANNOTATION, "Not_A_Name", "DNS-1123"),
+            (APP_COMMAND_ANNOTATION, "  ", APP_COMMAND_ANNOTATION),
+            (CONTAINER_ANNOTATION, "", CONTAINER_ANNOTATION),
+        ] {
+            let mut pod = deployment_pod();
+            pod["metadata"]["annotations"] = json!({ key: value });
+            let (response, outcome) = admitted(pod).await;
+            assert_eq!(outcome, Outcome::Refused);
+            let message = response.status.unwrap().message;
+            assert!(message.contains(expected), "{key}: {message}");
+            assert!(message.contains("pm/Pod/passmower-5f7c9-*"), "{message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn what_is_not_a_target_passes_unchanged_with_the_reason() {
+        let mut other_kind = request(json!({"kind": "ConfigMap", "metadata": {}}));
+        other_kind.kind.kind = "ConfigMap".into();
+        let mut update = request(deployment_pod());
+        update.operation = "UPDATE".into();
+        let mut system = request(deployment_pod());
+        system.namespace = Some("kube-system".into());
+        let mut redis = deployment_pod();
+        redis["spec"]["containers"][0]["name"] = json!("redis");
+        let mut opted_out = deployment_pod();
+        opted_out["metadata"]["labels"][INJECT_LABEL] = json!("disabled");
+        for (req, expected) in [
+            (other_kind, "only pods"),
+            (update, "only CREATE"),
+            (system, "never injected"),
+            (request(redis), "no container named"),
+            (request(opted_out), "opts out"),
+        ] {
+            let (response, outcome) = injector().admit(&req).await;
+            assert_eq!(outcome, Outcome::Skipped, "{expected}");
+            assert!(response.allowed && response.patch.is_none());
+            assert!(
+                response.audit_annotations["skipped"].contains(expected),
+                "{expected}: {:?}",
+                response.audit_annotations
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_cannot_be_wrapped_is_refused_with_the_way_out() {
+        let mut pod = deployment_pod();
+        pod["metadata"]["annotations"] = json!({ CONTAINER_ANNOTATION: "app" });
+        pod["spec"]["containers"][0]["name"] = json!("app");
+        let (response, outcome) = admitted(pod).await;
+        assert_eq!(outcome, Outcome::Refused);
+        let status = response.status.unwrap();
+        assert_eq!(status.code, 422);
+        assert!(
+            status.message.contains(APP_COMMAND_ANNOTATION),
+            "{}",
+            status.message
+        );
+
+        let mut bare = deployment_pod();
+        bare["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        let (response, _) = admitted(bare).await;
+        assert!(response.status.unwrap().message.contains(LEASE_ANNOTATION));
+    }
+
+    #[tokio::test]
+    async fn statefulset_pods_take_the_statefulsets_name() {
+        let mut pod = deployment_pod();
+        pod["metadata"]["ownerReferences"][0]["kind"] = json!("StatefulSet");
+        pod["metadata"]["ownerReferences"][0]["name"] = json!("pm-sts");
+        let lease = lease_for(&pod, &injector().base).unwrap();
+        assert_eq!(lease, "pm-sts");
+    }
+}

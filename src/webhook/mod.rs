@@ -1,0 +1,440 @@
+//! `webhook`: a mutating admission webhook that injects the elector into the pods that opt in,
+//! with the same pod rewrite as `inject` (one implementation, two front doors).
+//!
+//! Data flows: AdmissionReview (review.rs) → decision (admit.rs, using inject's pod rewrite
+//! and the Lease permission check in access.rs) → JSON Patch (patch.rs) → response, served
+//! over TLS (server.rs) with a certificate that is made and rotated in memory (certs.rs,
+//! rotation.rs, ca_bundle.rs) or read from files, from a slot swapped atomically (tls.rs).
+
+mod access;
+mod admit;
+mod ca_bundle;
+mod certs;
+mod metrics;
+mod patch;
+mod probes;
+mod review;
+mod rotation;
+mod server;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use admit::{
+    APP_COMMAND_ANNOTATION, CONTAINER_ANNOTATION, INJECT_LABEL, NAMESPACE_SELECTOR_ANNOTATION,
+    NEVER_NAMESPACES,
+};
+pub use certs::{issue, Issued};
+pub use server::MUTATE_PATH;
+
+use crate::config::{self, ConfigError};
+use crate::inject::{InjectOptions, SidecarArgs};
+
+/// The Service name the chart gives the webhook; the certificate's default names derive from it.
+pub const DEFAULT_SERVICE: &str = "passmower-elector-webhook";
+
+#[derive(Debug, clap::Args)]
+pub struct WebhookArgs {
+    #[command(flatten)]
+    pub sidecar: SidecarArgs,
+    /// Address of the HTTPS admission endpoint (POST /mutate).
+    #[arg(long, env = "ELECTOR_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Address of the webhook's own /healthz, /readyz and /metrics (plain HTTP).
+    #[arg(long, env = "ELECTOR_HEALTH_ADDR", default_value = "0.0.0.0:8080")]
+    pub health_addr: SocketAddr,
+    /// Serve this PEM certificate (chain) instead of making one, e.g. cert-manager's tls.crt;
+    /// re-read when it changes. Needs --tls-key-file. The caBundle is then yours to keep
+    /// (cert-manager's CA injector does it).
+    #[arg(
+        long,
+        env = "ELECTOR_TLS_CERT_FILE",
+        value_name = "FILE",
+        requires = "tls_key_file"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of --tls-cert-file.
+    #[arg(
+        long,
+        env = "ELECTOR_TLS_KEY_FILE",
+        value_name = "FILE",
+        requires = "tls_cert_file"
+    )]
+    pub tls_key_file: Option<PathBuf>,
+    /// How often the certificate files are checked for a change.
+    #[arg(long, env = "ELECTOR_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = config::parse_positive_duration)]
+    pub tls_reload_interval: Duration,
+    /// The MutatingWebhookConfiguration whose caBundle this webhook keeps, when it makes its
+    /// own certificate (without --tls-cert-file): each replica adds its CA and removes the CAs
+    /// it replaced or that expired.
+    #[arg(long, env = "ELECTOR_WEBHOOK_CONFIGURATION", value_name = "NAME")]
+    pub webhook_configuration: Option<String>,
+    /// The webhook's Service, for the certificate's names (NAME, NAME.NAMESPACE,
+    /// NAME.NAMESPACE.svc, NAME.NAMESPACE.svc.cluster.local).
+    #[arg(long, env = "ELECTOR_SERVICE_NAME", default_value = DEFAULT_SERVICE)]
+    pub service_name: String,
+    /// The webhook's namespace; default: $POD_NAMESPACE, then the service-account namespace.
+    #[arg(long, env = "ELECTOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Another DNS name or IP address for the certificate (repeatable), e.g. 127.0.0.1 when the
+    /// configuration calls a URL.
+    #[arg(long = "tls-name", env = "ELECTOR_TLS_NAME", value_delimiter = ',')]
+    pub tls_names: Vec<String>,
+    /// Validity of the certificate made in memory; it is renewed once two thirds have passed.
+    #[arg(long, env = "ELECTOR_CERT_VALIDITY", default_value = "24h", value_parser = config::parse_positive_duration)]
+    pub cert_validity: Duration,
+    /// Time the API server gets to see a caBundle change before the certificate it trusts is
+    /// served (at start and at each rotation).
+    #[arg(long, env = "ELECTOR_CA_PROPAGATION_DELAY", default_value = "5s", value_parser = config::parse_positive_duration)]
+    pub ca_propagation_delay: Duration,
+    /// How often the caBundle is checked for this replica's CA (it is put back if a reinstall
+    /// replaced the configuration).
+    #[arg(long, env = "ELECTOR_CA_BUNDLE_RESYNC", default_value = "30s", value_parser = config::parse_positive_duration)]
+    pub ca_bundle_resync: Duration,
+    /// Do not ask the API server (SubjectAccessReview) whether a pod's ServiceAccount may
+    /// update its Lease before injecting it.
+    #[arg(long, env = "ELECTOR_NO_RBAC_CHECK")]
+    pub no_rbac_check: bool,
+    /// Longest wait for that answer; without one the pod is admitted with a warning.
+    #[arg(long, env = "ELECTOR_RBAC_CHECK_TIMEOUT", default_value = "2s", value_parser = config::parse_positive_duration)]
+    pub rbac_check_timeout: Duration,
+    /// Connections older than this are closed after their next response (which says
+    /// `Connection: close`), so the API server spreads over new replicas after a scale-up.
+    #[arg(long, env = "ELECTOR_MAX_CONNECTION_AGE", default_value = "5m", value_parser = config::parse_positive_duration)]
+    pub max_connection_age: Duration,
+    /// Most connections served at once; more wait in the listen backlog.
+    #[arg(long, env = "ELECTOR_MAX_CONNECTIONS", default_value_t = 256)]
+    pub max_connections: usize,
+    /// At SIGTERM, time /readyz fails while admissions are still served, so the Service stops
+    /// routing here before the server stops.
+    #[arg(long, env = "ELECTOR_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum CertSource {
+    /// Made in memory; the caBundle of `configuration` is kept.
+    SelfSigned {
+        configuration: String,
+        names: Vec<String>,
+        validity: Duration,
+        propagation: Duration,
+        resync: Duration,
+    },
+    /// Read from files and reloaded.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        interval: Duration,
+    },
+}
+
+/// The validated configuration of the `webhook` role.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub inject: InjectOptions,
+    pub listen: SocketAddr,
+    pub health_addr: SocketAddr,
+    pub certs: CertSource,
+    pub rbac_check: Option<Duration>,
+    pub limits: server::Limits,
+    pub shutdown_delay: Duration,
+}
+
+impl WebhookArgs {
+    pub fn into_config(self) -> Result<WebhookConfig, ConfigError> {
+        let inject = self.sidecar.options()?;
+        inject.validate()?;
+        let certs = match (self.tls_cert_file, self.tls_key_file) {
+            (Some(cert), Some(key)) => CertSource::Files {
+                cert,
+                key,
+                interval: self.tls_reload_interval,
+            },
+            _ => {
+                let configuration = self.webhook_configuration.ok_or_else(|| {
+                    ConfigError::new(
+                        "--webhook-configuration",
+                        "",
+                        "name the MutatingWebhookConfiguration whose caBundle this webhook keeps \
+                         (or serve your own certificate with --tls-cert-file and --tls-key-file)",
+                    )
+                })?;
+                // Renewal starts at two thirds of the validity and needs the propagation delay
+                // to finish while the old certificate is still valid.
+                if self.cert_validity < self.ca_propagation_delay * 3 + Duration::from_secs(3) {
+                    return Err(ConfigError::new(
+                        "--cert-validity",
+                        config::human(self.cert_validity),
+                        format!(
+                            "must be at least three times --ca-propagation-delay ({}) plus 3s, so a \
+                             rotation completes before the old certificate expires",
+                            config::human(self.ca_propagation_delay)
+                        ),
+                    ));
+                }
+                let mut names = self.tls_names.clone();
+                let namespace = self.namespace.clone().or_else(own_namespace);
+                match namespace {
+                    Some(ns) => {
+                        let svc = &self.service_name;
+                        for name in [
+                            format!("{svc}.{ns}.svc"),
+                            format!("{svc}.{ns}.svc.cluster.local"),
+                            format!("{svc}.{ns}"),
+                            svc.clone(),
+                        ] {
+                            if !names.contains(&name) {
+                                names.push(name);
+                            }
+                        }
+                    }
+                    None if names.is_empty() => return Err(ConfigError::new(
+                        "--namespace",
+                        "",
+                        "the webhook's namespace is unknown (no $POD_NAMESPACE, not in a pod): \
+                             pass --namespace, or the certificate's names with --tls-name",
+                    )),
+                    None => {}
+                }
+                for name in &names {
+                    let ip = name.parse::<std::net::IpAddr>().is_ok();
+                    if !ip && !crate::inject::is_dns1123_subdomain(name) {
+                        return Err(ConfigError::new(
+                            "--tls-name",
+                            name,
+                            "must be a DNS name (DNS-1123 subdomain) or an IP address",
+                        ));
+                    }
+                }
+                CertSource::SelfSigned {
+                    configuration,
+                    names,
+                    validity: self.cert_validity,
+                    propagation: self.ca_propagation_delay,
+                    resync: self.ca_bundle_resync,
+                }
+            }
+        };
+        if self.max_connections == 0 {
+            return Err(ConfigError::new(
+                "--max-connections",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        Ok(WebhookConfig {
+            inject,
+            listen: self.listen,
+            health_addr: self.health_addr,
+            certs,
+            rbac_check: (!self.no_rbac_check).then_some(self.rbac_check_timeout),
+            limits: server::Limits {
+                max_connections: self.max_connections,
+                max_connection_age: self.max_connection_age,
+                ..server::Limits::default()
+            },
+            shutdown_delay: self.shutdown_delay,
+        })
+    }
+}
+
+/// A human duration that may be zero (`0s` switches the shutdown delay off).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 5s, 0s or 500ms"))
+}
+
+fn own_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+}
+
+/// The `webhook` role.
+pub fn main(args: WebhookArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => return e.report(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("passmower-elector webhook: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(config))
+}
+
+/// Runs the webhook until SIGTERM or SIGINT.
+pub async fn run(config: WebhookConfig) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("passmower-elector webhook: {message}");
+        ExitCode::FAILURE
+    };
+    let needs_client =
+        config.rbac_check.is_some() || matches!(config.certs, CertSource::SelfSigned { .. });
+    let client = if needs_client {
+        match kube::Client::try_default().await {
+            Ok(client) => Some(client),
+            Err(e) => return fail(format!("cannot configure the Kubernetes client: {e}")),
+        }
+    } else {
+        None
+    };
+
+    let (metrics, registry) = metrics::Metrics::new();
+    let slot = Arc::new(tls::CertSlot::default());
+    let cert_state = Arc::new(rotation::CertState::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let mut keeper = None;
+    let cert_task = match &config.certs {
+        CertSource::Files {
+            cert,
+            key,
+            interval,
+        } => {
+            let files = rotation::FromFiles {
+                slot: slot.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+                interval: *interval,
+                state: cert_state.clone(),
+                metrics: metrics.clone(),
+            };
+            let seen = match files.load() {
+                Ok(seen) => seen,
+                Err(e) => return e.report(),
+            };
+            tokio::spawn(files.run(seen, stop_rx.clone()))
+        }
+        CertSource::SelfSigned {
+            configuration,
+            names,
+            validity,
+            propagation,
+            resync,
+        } => {
+            let Some(client) = client.clone() else {
+                return fail("internal: no client for the caBundle".into());
+            };
+            keeper = Some(ca_bundle::BundleKeeper::new(client.clone(), configuration));
+            let rotation = rotation::SelfSigned {
+                slot: slot.clone(),
+                keeper: ca_bundle::BundleKeeper::new(client, configuration),
+                names: names.clone(),
+                validity: *validity,
+                propagation: *propagation,
+                resync: *resync,
+                state: cert_state.clone(),
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(rotation.run(stop_rx.clone()))
+        }
+    };
+
+    let tls = match tls::server_config(slot.clone()) {
+        Ok(tls) => tls,
+        Err(e) => return fail(format!("cannot set up TLS: {e}")),
+    };
+    let listener = match TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            return ConfigError::new(
+                "--listen",
+                config.listen.to_string(),
+                format!("cannot listen: {e}"),
+            )
+            .report()
+        }
+    };
+    let health = match TcpListener::bind(config.health_addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            return ConfigError::new(
+                "--health-addr",
+                config.health_addr.to_string(),
+                format!("cannot listen: {e}"),
+            )
+            .report()
+        }
+    };
+    let probe_state = Arc::new(probes::ProbeState {
+        slot: slot.clone(),
+        cert: cert_state.clone(),
+        stopping: Default::default(),
+        registry,
+    });
+    let probe_task = tokio::spawn(probes::serve(health, probe_state.clone()));
+    let app = Arc::new(server::App {
+        injector: admit::Injector {
+            base: config.inject.clone(),
+            access: match (config.rbac_check, client) {
+                (Some(timeout), Some(client)) => Some(access::LeaseAccess::new(client, timeout)),
+                _ => None,
+            },
+        },
+        metrics,
+        limits: config.limits.clone(),
+    });
+    tracing::info!(
+        listen = %config.listen,
+        health = %config.health_addr,
+        image = %config.inject.image,
+        container = %config.inject.container,
+        "webhook serving POST {MUTATE_PATH}"
+    );
+    let server = tokio::spawn(server::serve(listener, tls, app, stop_rx.clone()));
+
+    wait_for_signal().await;
+    tracing::info!("stopping: /readyz fails now, admissions are served for the shutdown delay");
+    probe_state.stopping.store(true, Ordering::SeqCst);
+    tokio::time::sleep(config.shutdown_delay).await;
+    let _ = stop_tx.send(true);
+    let _ = cert_task.await;
+    if let Some(keeper) = &keeper {
+        rotation::withdraw(keeper, &cert_state).await;
+    }
+    let _ = server.await;
+    probe_task.abort();
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers there is no graceful stop to wait for.
+            std::future::pending::<()>().await;
+        }
+    }
+}
