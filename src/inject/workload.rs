@@ -332,7 +332,8 @@ pub fn rewrite_pod_spec(
         explicit,
         &site.workload,
     ));
-    let uid_flags = super::identity::supervise_flags(pod, explicit, identity);
+    let mut supervise_flags = super::identity::supervise_flags(pod, explicit, identity);
+    supervise_flags.extend(on_change_flags(opts));
 
     // The main container: supervise becomes its entrypoint.
     let containers = pod
@@ -344,7 +345,7 @@ pub fn rewrite_pod_spec(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
-    wrap_main_container(main, site, opts, &uid_flags, warnings)?;
+    wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -466,6 +467,20 @@ fn wrap_main_container(
             .map_err(|()| site.error("container volumeMounts is not a list"))?;
     }
     Ok(())
+}
+
+/// `supervise`'s mode-change flags. Passmower (by default) keeps one instance serving and runs
+/// its operators in a second one while leader; every listener of that one goes to a free
+/// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
+/// port it opens.
+fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
+    match opts.app_on_change() {
+        super::AppOnChange::LeaderInstance => vec![
+            "--on-change=leader-instance".to_owned(),
+            "--leader-port-map=*=0".to_owned(),
+        ],
+        super::AppOnChange::Restart => Vec::new(),
+    }
 }
 
 /// Works out the leader's NAMESPACE_SELECTOR and removes the variable from the container's
@@ -795,6 +810,39 @@ spec:
             .iter()
             .map(|v| v.as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// Passmower keeps serving through a handover: its supervisor runs a separate leader
+    /// instance with every listener moved; another app keeps restart mode unless asked.
+    #[test]
+    fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
+        let on_change = |value: &Value| -> Vec<String> {
+            main_args(value)
+                .into_iter()
+                .take_while(|a| a != "--")
+                .filter(|a| a.starts_with("--on-change") || a.starts_with("--leader-port-map"))
+                .collect()
+        };
+        let separate = ["--on-change=leader-instance", "--leader-port-map=*=0"];
+        assert_eq!(on_change(&rewritten(DEPLOYMENT, &opts()).0), separate);
+        let restart = InjectOptions {
+            on_change: Some(crate::inject::AppOnChange::Restart),
+            ..opts()
+        };
+        assert!(on_change(&rewritten(DEPLOYMENT, &restart).0).is_empty());
+
+        let other = DEPLOYMENT.replace("name: passmower", "name: web");
+        let web = InjectOptions {
+            container: "web".into(),
+            app_command: Some(vec!["node".into(), "server.js".into()]),
+            ..opts()
+        };
+        assert!(on_change(&rewritten(&other, &web).0).is_empty());
+        let web_separate = InjectOptions {
+            on_change: Some(crate::inject::AppOnChange::LeaderInstance),
+            ..web
+        };
+        assert_eq!(on_change(&rewritten(&other, &web_separate).0), separate);
     }
 
     #[test]
