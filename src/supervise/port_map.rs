@@ -6,7 +6,7 @@
 //!   (`PORT`) is configurable. Two instances in one pod share one network namespace, so the
 //!   second one must bind elsewhere, and the only seam an unmodified image offers is the Node
 //!   runtime itself: `NODE_OPTIONS` is read by every `node` process, and `--import` (Node ≥
-//!   18.19 / 20.6) runs a module before the app's. The module patches
+//!   18.18 / 20.6) runs a module before the app's. The module patches
 //!   `net.Server.prototype.listen`, through which every Node TCP server binds.
 //! - It travels as a `data:` URL, so there is no file to place, protect or keep in step with
 //!   this binary: nothing another container or UID could swap under the app, and nothing that
