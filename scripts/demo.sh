@@ -6,8 +6,22 @@
 #      the grant expires, and another pod takes over only after the lease duration.
 # Timings are shortened for the demo (lease 6s, renew deadline 3s, retry 1s, kill grace 1s).
 # Everything runs under .demo/ and is stopped (by PID) when the script ends.
+#
+#   scripts/demo.sh --node   the same story on real pods: a one-node Kubernetes (kubelet +
+#                            containerd, tests/support_node), the real Passmower installed by
+#                            helm with inject as post-renderer, `kubectl get pods -w` and
+#                            `get lease -w` live (kubectl watches one type at a time), and three handovers (delete the leader's pod, crash
+#                            its elector, freeze its pod). Needs root; see scripts/real-pods.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "--node" ]]; then
+  last() { "$@" | tail -n 1; }
+  export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(last scripts/build-test-cluster.sh)}"
+  export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
+  export PME_NODE_IMAGES="${PME_NODE_IMAGES:-$(last scripts/build-node-images.sh)}"
+  export PME_HELM3="${PME_HELM3:-$(last scripts/build-helm.sh)}"
+  exec cargo test --quiet --features real-pods --test real_pods demo_handover -- --ignored --nocapture
+fi
 ROOT="$PWD"
 DEMO="$ROOT/.demo"
 PODS=(pod-a pod-b pod-c)

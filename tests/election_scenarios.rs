@@ -66,18 +66,31 @@ impl Pods {
     }
 
     fn start_with(&mut self, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> usize {
+        self.start_custom(pod, kubeconfig, &support::FAST_TIMINGS, extra, |_| {})
+    }
+
+    /// Starts candidate `pod` with `timings` (the four duration flags), `extra` flags, and
+    /// `customize` applied to its command (e.g. a `pre_exec`).
+    fn start_custom(
+        &mut self,
+        pod: &str,
+        kubeconfig: &std::path::Path,
+        timings: &[&str],
+        extra: &[&str],
+        customize: impl FnOnce(&mut std::process::Command),
+    ) -> usize {
         let flag = self.flag_file(pod);
         std::fs::create_dir_all(flag.parent().expect("parent")).expect("pod dir");
         let index = self.pods.len();
         self.recorder.watch(&format!("{pod}#{index}"), flag.clone());
         let flag = flag.to_string_lossy().into_owned();
         let mut args = vec!["--lease-name", &self.ns.lease_name, "--flag-file", &flag];
-        args.extend_from_slice(&support::FAST_TIMINGS);
+        args.extend_from_slice(timings);
         if !extra.contains(&"--probe-addr") {
             args.extend_from_slice(&["--probe-addr", "127.0.0.1:0"]);
         }
         args.extend_from_slice(extra);
-        let process = ElectorProcess::elect_with_kubeconfig(pod, &self.ns, kubeconfig, &args);
+        let process = ElectorProcess::elect_customized(pod, &self.ns, kubeconfig, &args, customize);
         self.pods.push(process);
         index
     }
@@ -838,4 +851,237 @@ impl Drop for KillGroupsOnDrop {
             }
         }
     }
+}
+
+/// A pod's app: records `PID ROLE` on start and exits at once on SIGTERM.
+fn quick_app(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let starts = dir.join("starts");
+    let app = dir.join("app.sh");
+    std::fs::write(
+        &app,
+        format!(
+            "#!/bin/sh\necho \"$$ $ROLE\" >> {}\ntrap 'exit 0' TERM\nwhile :; do sleep 1 & wait $!; done\n",
+            starts.display()
+        ),
+    )
+    .expect("write app");
+    std::fs::set_permissions(&app, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    (app, starts)
+}
+
+/// Makes the child unable to write into directories it may only read, as the elector in a pod
+/// whose volume went read-only: for a root test process, by dropping CAP_DAC_OVERRIDE (and
+/// CAP_DAC_READ_SEARCH) from the child's bounding set, so that after exec root is held to the
+/// permission bits like anyone else. Needs CAP_SETPCAP, which root has in the usual
+/// containers; without root the permission bits already apply.
+fn without_dac_override(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    const CAP_DAC_OVERRIDE: libc::c_ulong = 1;
+    const CAP_DAC_READ_SEARCH: libc::c_ulong = 2;
+    // SAFETY: prctl is async-signal-safe; nothing is allocated between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for cap in [CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH] {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Issue 9, item 4b. The elector's own writes fail (its volume turned read-only) while the
+/// supervisor still reads the flag file and acks pushes: the leader fails closed, pushes the
+/// demotion, and the supervisor acks it at once — but the file still holds the last leader
+/// grant, which a supervisor restarted before its expiry would obey. So the release must wait
+/// for that grant's expiry + kill grace + margin whatever the acks say; the recorder, which
+/// counts an on-disk grant as in force until it expires (+ kill grace), fails the test if the
+/// next leader starts sooner. (Before the fix the ack ended the wait: the follower led about
+/// half a second after the break, a second and a half before the on-disk grant expired.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handover_waits_out_a_leader_grant_stuck_on_a_broken_volume() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let flag = pods.flag_file("pod-a");
+    let volume = flag.parent().expect("parent").to_owned();
+    std::fs::create_dir_all(&volume).expect("pod dir");
+    std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let app_dir = tempfile::tempdir().expect("app dir");
+    let (app, starts) = quick_app(app_dir.path());
+    let _reap = KillGroupsOnDrop(starts.clone());
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let app_arg = app.to_string_lossy().into_owned();
+    let mut supervisor = ElectorProcess::spawn(
+        "pod-a-supervise",
+        &[
+            "supervise",
+            "--flag-file",
+            &flag_arg,
+            "--listen",
+            &listen,
+            "--leader-env",
+            "ROLE=leader",
+            "--follower-env",
+            "ROLE=follower",
+            "--kill-grace",
+            "1s",
+            "--",
+            &app_arg,
+        ],
+        &[],
+    );
+    let kubeconfig = pods.ns.elector_kubeconfig.clone();
+    let toggle = format!("http://{listen}/grant");
+    let a = pods.start_custom(
+        "pod-a",
+        &kubeconfig,
+        &support::FAST_TIMINGS,
+        &["--toggle-url", &toggle],
+        without_dac_override,
+    );
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    let leader_app = wait_until(Duration::from_secs(10), POLL, || {
+        std::fs::read_to_string(&starts).is_ok_and(|s| s.contains(" leader"))
+    });
+    assert!(leader_app, "no leader app\n{}", supervisor.logs());
+    let b = pods.start("pod-b");
+    std::thread::sleep(Duration::from_millis(800));
+
+    let broken_at = BootInstant::now();
+    std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let on_disk = pods.grant(a).expect("the last grant stays on disk");
+    let next = pods.wait_for_leader(Duration::from_secs(20), Some(a));
+    assert_eq!(next, b);
+    let b_from = pods.grant_start(b, broken_at);
+    eprintln!(
+        "volume broken; on-disk grant expired {:?} after the break; pod-b led {:?} after it",
+        on_disk.expiry().saturating_since(broken_at),
+        b_from.saturating_since(broken_at)
+    );
+    std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    supervisor.signal(Signal::SIGTERM);
+    supervisor.wait_exit(Duration::from_secs(10));
+    let logs = pods.pods[a].logs();
+    // The safety property first: pod-b's grant began only after pod-a's on-disk grant expired
+    // plus the kill grace.
+    pods.finish();
+    assert!(
+        logs.contains("failing closed") && logs.contains("acks or not"),
+        "pod-a did not take the on-disk path\n{logs}"
+    );
+}
+
+/// Issue 9, item 6. The follower's watch goes silent without closing (a middlebox forgot the
+/// flow: no byte moves, nothing is reset) while the leader keeps renewing. The follower must
+/// notice — it hears no renewal for two retry periods, re-reads, sees a change its watch never
+/// delivered and restarts the watch — and take the Lease at once when the leader hands it
+/// over. With a lease duration of 20s, a follower that trusted its dead watch would only act
+/// at its next attempt, about 20s after the silence began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_dead_watch_is_noticed_and_a_release_still_taken_at_once() {
+    const TIMINGS: [&str; 8] = [
+        "--lease-duration",
+        "20s",
+        "--renew-deadline",
+        "1500ms",
+        "--retry-period",
+        "300ms",
+        "--kill-grace",
+        "1s",
+    ];
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let direct = pods.ns.elector_kubeconfig.clone();
+    let a = pods.start_custom("pod-a", &direct, &TIMINGS, &[], |_| {});
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    let proxy = FaultProxy::start(Cluster::shared().api_addr());
+    let via_proxy = proxy.kubeconfig_via(&pods.ns.elector_kubeconfig);
+    let b = pods.start_custom("pod-b", &via_proxy, &TIMINGS, &[], |_| {});
+    let holder = pods.grant(a).expect("grant").holder;
+    let follows = wait_until(Duration::from_secs(10), POLL, || {
+        pods.grant(b).is_some_and(|g| g.holder == holder)
+    });
+    assert!(follows, "pod-b never saw the leader\n{}", pods.all_logs());
+    std::thread::sleep(Duration::from_secs(1));
+
+    proxy.silence_open_connections();
+    std::thread::sleep(Duration::from_millis(1500));
+    let term_at = Instant::now();
+    pods.pods[a].signal(Signal::SIGTERM);
+    let took_over = wait_until(Duration::from_secs(30), POLL, || pods.is_leader(b));
+    let after = term_at.elapsed();
+    assert!(took_over, "pod-b never took over\n{}", pods.all_logs());
+    eprintln!("watch silent 1.5s before the SIGTERM; pod-b led {after:?} after it");
+    // The handover itself takes kill grace + margin (no consumer acks); noticing the dead
+    // watch a few retry periods. Trusting the dead watch would take about 18.5s here.
+    assert!(
+        after < Duration::from_secs(8),
+        "pod-b took {after:?}: it did not notice its dead watch\n{}",
+        pods.all_logs()
+    );
+    assert!(
+        pods.pods[b]
+            .logs()
+            .contains("the Lease changed without a watch event; restarting the watch"),
+        "{}",
+        pods.pods[b].logs()
+    );
+    pods.finish();
+}
+
+/// Issue 9, item 10. A GitOps tool annotates the Lease every half second while its holder is
+/// dead. Metadata edits are no renewal: the takeover comes one lease duration after the last
+/// real write, not never (each edit used to restart the wait), and not sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotating_the_lease_does_not_postpone_the_takeover() {
+    let mut pods = Pods::new().await;
+    let put_at = BootInstant::now();
+    put_lease(&pods, Some("dead-holder"), Some(4), Some(3)).await;
+    let a = pods.start("pod-a");
+    let leases = pods.leases().await;
+    let name = pods.ns.lease_name.clone();
+    let mut edits = 0u32;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline && !pods.is_leader(a) {
+        if let Ok(Some(mut lease)) = leases.get_opt(&name).await {
+            if holder_of(&lease) != "dead-holder" {
+                break;
+            }
+            edits += 1;
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert("gitops.example/synced".into(), edits.to_string());
+            // A conflict with nobody (the holder is dead) is only our own race; skip it.
+            let _ = leases.replace(&name, &PostParams::default(), &lease).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let led = wait_until(Duration::from_secs(2), POLL, || pods.is_leader(a));
+    assert!(
+        led,
+        "no takeover within 15s while the Lease was annotated {edits} times\n{}",
+        pods.all_logs()
+    );
+    let start = pods.grant_start(a, put_at);
+    let after = start.saturating_since(put_at);
+    eprintln!("takeover {after:?} after the dead holder's record, {edits} annotations meanwhile");
+    assert!(
+        after + Duration::from_millis(100) >= LEASE_DURATION,
+        "taken after {after:?}"
+    );
+    assert!(edits >= 6, "the Lease was annotated only {edits} times");
+    assert_eq!(pods.grant(a).expect("grant").epoch, 4);
+    pods.finish();
 }

@@ -3,8 +3,14 @@
 //!
 //! Order of concerns in every iteration: first the dead man's switch (a lapsed grant demotes
 //! before anything else, e.g. right after a SIGSTOP/SIGCONT), then signals, then watch events,
-//! then the timer for the next renew or acquisition attempt. API calls race the grant's expiry,
-//! so a hung call cannot delay a demotion.
+//! then the timer for the next renew, acquisition attempt or re-check. API calls race the
+//! grant's expiry, so a hung call cannot delay a demotion.
+//!
+//! A follower re-reads the Lease when it has heard nothing of it for longer than a holder's
+//! renewals explain (two retry periods, then backing off to the lease duration), whatever state
+//! the watch claims to be in; a re-read that shows a change the watch did not deliver restarts
+//! the watch. With a live leader the watch delivers a renewal every retry period, so a healthy
+//! watch costs no extra request.
 //!
 //! `lease_calls` holds the API calls, `publish` the outputs of a transition, `handover` the
 //! demote-ack-release sequence of a shutdown.
@@ -31,14 +37,31 @@ use super::status::SharedStatus;
 use super::{holder_identity, ElectConfig};
 use crate::clock::{self, BootInstant};
 use crate::config::ConfigError;
+use crate::election::candidate::Source;
 use crate::election::lease_api::{observe, LeaseApi, WatchItem};
-use crate::election::record::{self, Observed};
+use crate::election::record::Observed;
 use crate::election::Candidate;
+
+/// The User-Agent of every API request, so audit logs and API priority and fairness can tell
+/// the elector from other clients of the same ServiceAccount.
+pub const USER_AGENT: &str = concat!("passmower-elector/", env!("CARGO_PKG_VERSION"), " (elect)");
+
+/// The kube client configuration found the usual way (`KUBECONFIG`, then in-cluster), with our
+/// User-Agent. (kube 5 offers no TCP keepalive setting on its default stack; dead connections
+/// are caught by the per-call timeouts and the watch's idle limit instead.)
+async fn kube_client() -> Result<kube::Client, String> {
+    let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+    config.headers.push((
+        hyper::header::USER_AGENT,
+        hyper::header::HeaderValue::from_static(USER_AGENT),
+    ));
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
 
 /// Sets up the probe server, the API client and signals, then runs the loop to the end.
 pub async fn start(config: ElectConfig) -> ExitCode {
     let holder = holder_identity(&config.identity);
-    let listener = match probes::bind(config.probe_addr).await {
+    let listener = match probes::bind(config.probe_addr) {
         Ok(l) => l,
         Err(e) => {
             return ConfigError::new(
@@ -49,11 +72,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
             .report()
         }
     };
-    let client = match kube::Config::infer()
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
-    {
+    let client = match kube_client().await {
         Ok(c) => c,
         Err(e) => {
             return ConfigError::new(
@@ -85,7 +104,11 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         registry,
         timing: config.timing,
     });
-    tokio::spawn(probes::serve(listener, probe_state));
+    // Its own thread and runtime: nothing the probe port receives can delay the loop.
+    if let Err(e) = probes::spawn(listener, probe_state) {
+        eprintln!("passmower-elector elect: cannot start the probe server: {e}");
+        return ExitCode::FAILURE;
+    }
 
     let api = LeaseApi::new(
         client.clone(),
@@ -122,6 +145,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         kill_grace = ?config.timing.kill_grace,
         "elector starting"
     );
+    let now = BootInstant::now();
     let elector = Elector {
         candidate: Candidate::new(holder, config.timing),
         api,
@@ -130,7 +154,12 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         metrics,
         events,
         current: None,
-        next_attempt: BootInstant::now(),
+        next_attempt: now,
+        failures: 0,
+        last_heard: now,
+        quiet_rechecks: 0,
+        restart_watch: false,
+        history_breaks_logged: 0,
         outputs_healthy: true,
         release_pending: false,
         step_down: step_down::StepDown::new(config.max_leader_failures),
@@ -145,10 +174,21 @@ struct Elector {
     status: SharedStatus,
     metrics: Metrics,
     events: Option<EventRecorder>,
-    /// The last Lease object read or written: the base (and precondition) of our next write.
+    /// The Lease as the candidate sees it: the base (and precondition) of our next write.
     current: Option<Lease>,
     /// Earliest time of the next renew or acquisition attempt.
     next_attempt: BootInstant,
+    /// Failed attempts in a row (errors and conflicts): they space the next attempts out.
+    failures: u32,
+    /// When the Lease's content last reached us (a watch event or a fresh answer; bookmarks
+    /// do not count: a stuck watch cache sends those too).
+    last_heard: BootInstant,
+    /// Re-checks in a row that found nothing new: they space the next ones out.
+    quiet_rechecks: u32,
+    /// Set by a re-check that found a change the watch missed: the loop replaces the watch.
+    restart_watch: bool,
+    /// History breaks already reported in the log.
+    history_breaks_logged: u64,
     /// False after the flag file could not be written: we do not contend until it can be.
     outputs_healthy: bool,
     /// Set when we demoted ourselves while still named in the Lease (fail closed): hand it over.
@@ -175,6 +215,10 @@ impl Elector {
                 self.hand_over(None).await;
             }
             self.step_down_if_app_failing(now).await;
+            if std::mem::take(&mut self.restart_watch) {
+                // Dropping the old handle stops its task, stuck as it may be.
+                watch = self.api.spawn_watch(timing.retry_period);
+            }
             let expiry = self.candidate.term().map(|t| t.expiry);
             let wake = self.next_wake(now);
             tokio::select! {
@@ -193,26 +237,50 @@ impl Elector {
         }
     }
 
-    /// When the loop must next act: a renew or acquisition attempt, or at least every retry
-    /// period (heartbeat, fail-closed retry).
+    /// When the loop must next act: a renew or acquisition attempt, a follower's re-check, or
+    /// at least every retry period (heartbeat, fail-closed retry).
     fn next_wake(&self, now: BootInstant) -> BootInstant {
         let heartbeat = now.saturating_add(self.candidate.timing().retry_period);
         if self.candidate.is_leader() {
             return self.next_attempt.min(heartbeat);
         }
-        match self.candidate.free_at() {
+        let wake = match self.candidate.free_at() {
             Some(free) if self.outputs_healthy => free
                 .max(self.next_attempt)
                 .max(self.step_down.sit_out_end())
                 .min(heartbeat),
             _ => heartbeat,
+        };
+        self.recheck_at().map_or(wake, |at| wake.min(at))
+    }
+
+    /// When a follower re-reads a Lease it has heard nothing of: two retry periods after the
+    /// last news (a live holder renews every retry period), doubling while re-checks find
+    /// nothing new, at most one lease duration. Only a Lease that exists: an absent one has no
+    /// news to miss (a watch that died meanwhile is caught by the conditional create at the end
+    /// of the wait), and re-reading it would restart its wait (see
+    /// [`Candidate::observe`](crate::election::Candidate::observe)) for ever.
+    fn recheck_at(&self) -> Option<BootInstant> {
+        if !matches!(self.candidate.observed(), Some(Observed::Present(_))) {
+            return None;
         }
+        let timing = self.candidate.timing();
+        let interval = (timing.retry_period * 2)
+            .saturating_mul(1 << self.quiet_rechecks.min(16))
+            .min(timing.lease_duration);
+        Some(self.last_heard.saturating_add(interval))
     }
 
     fn on_watch(&mut self, item: WatchItem) {
+        let now = BootInstant::now();
         match item {
-            WatchItem::Observed(lease) => self.on_lease(lease.map(|l| *l), false),
-            WatchItem::Read(lease) => self.on_lease(lease.map(|l| *l), true),
+            WatchItem::Observed(lease) => {
+                self.quiet_rechecks = 0;
+                self.on_lease(now, lease.map(|l| *l), Source::Event)
+            }
+            WatchItem::Read { lease, sent_at } => {
+                self.on_lease(now, lease.map(|l| *l), Source::Read { sent_at })
+            }
             WatchItem::Error(e) => {
                 self.metrics.api_error(e.kind());
                 tracing::debug!(error = %e, "Lease watch interrupted; it resumes by itself");
@@ -220,42 +288,38 @@ impl Elector {
         }
     }
 
-    /// The watch task saw the Lease (`fresh_read`: by a GET when its watch (re)started).
-    fn on_lease(&mut self, lease: Option<Lease>, fresh_read: bool) {
-        let now = BootInstant::now();
+    /// The watch task saw the Lease.
+    fn on_lease(&mut self, now: BootInstant, lease: Option<Lease>, source: Source) {
         self.status.update(|s| {
             s.lease_observed = true;
             s.api_ok = true;
         });
-        self.remember(lease.as_ref());
-        self.observe(now, observe(lease.as_ref()), fresh_read);
-        // A release (or anything that frees the Lease) is acted on now, not at the next poll.
-        if self.candidate.may_acquire(now) {
+        self.observe(now, lease, source);
+        // A release (or anything that frees the Lease) is acted on now, not at the next poll;
+        // but not in the middle of a streak of failures, which must stay spaced out.
+        if self.candidate.may_acquire(now) && self.failures == 0 {
             self.next_attempt = self.next_attempt.min(now);
         }
     }
 
-    fn remember(&mut self, lease: Option<&Lease>) {
-        let newer = match (lease, &self.current) {
-            (Some(l), Some(cur)) => !record::is_older_resource_version(
-                l.metadata.resource_version.as_deref().unwrap_or(""),
-                cur.metadata.resource_version.as_deref().unwrap_or(""),
-            ),
-            _ => true,
-        };
-        if newer {
-            self.current = lease.cloned();
-        }
-    }
-
-    /// Records an observation; `fresh_read` for a GET (see [`Candidate::observe_read`]).
-    fn observe(&mut self, now: BootInstant, observed: Observed, fresh_read: bool) {
+    /// Feeds one observation of the Lease to the candidate. When it is accepted (see
+    /// [`Source`]), it becomes `current`, the base and precondition of our next write.
+    /// Returns whether it was accepted.
+    fn observe(&mut self, now: BootInstant, lease: Option<Lease>, source: Source) -> bool {
+        self.last_heard = now;
+        let observed = observe(lease.as_ref());
         let holder = observed.holder().unwrap_or("").to_owned();
         let transitions = match &observed {
             Observed::Present(r) => r.transitions,
             Observed::Absent => 0,
         };
         let leading = self.candidate.is_leader();
+        let seen = self.candidate.observe(now, observed, source);
+        self.report_history_breaks();
+        if !seen.accepted() {
+            return false;
+        }
+        self.current = lease;
         let before = self.status.get();
         let changed = before.holder != holder || (!leading && before.epoch != transitions);
         self.status.update(|s| {
@@ -264,25 +328,40 @@ impl Elector {
                 s.epoch = transitions;
             }
         });
-        let transition = if fresh_read {
-            self.candidate.observe_read(now, observed)
-        } else {
-            self.candidate.observe(now, observed)
-        };
-        if let Some(t) = transition {
+        if let Some(t) = seen.transition() {
             self.apply(t, now);
         } else if changed && !self.candidate.is_leader() && self.outputs_healthy {
             // Followers' flag files name the current leader too, for humans and dashboards.
             self.publish_follower();
         }
+        true
     }
 
-    /// One attempt: renew when leading, acquire when the Lease is free.
+    /// Logs each history break the candidate detected.
+    fn report_history_breaks(&mut self) {
+        let breaks = self.candidate.history_breaks();
+        if breaks > self.history_breaks_logged {
+            self.history_breaks_logged = breaks;
+            tracing::warn!(
+                lease = %self.api.reference(),
+                "the Lease's resourceVersion went backwards (etcd restored from an older \
+                 snapshot?): following what the API says now; a released or own record must \
+                 stay unchanged for a lease duration before it is taken"
+            );
+        }
+    }
+
+    /// One attempt: renew when leading, acquire when the Lease is free; a follower's re-check
+    /// when it is due.
     async fn act(&mut self) {
         let now = BootInstant::now();
         if let Some(t) = self.candidate.tick(now) {
             self.apply(t, now);
         }
+        if !self.candidate.is_leader() && self.recheck_at().is_some_and(|at| now >= at) {
+            self.recheck().await;
+        }
+        let now = BootInstant::now();
         if now < self.next_attempt {
             return;
         }

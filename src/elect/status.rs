@@ -160,6 +160,38 @@ mod tests {
         assert!(err.unwrap_err().contains("no renew"));
     }
 
+    /// `/healthz` is the sidecar's liveness probe: an unreachable API server must never fail
+    /// it, or the kubelet would restart every elector during an outage. A follower that has
+    /// never seen the Lease, and a leader whose renewals fail (its grant lapses after R, before
+    /// the D threshold), are both healthy while the loop runs.
+    #[test]
+    fn healthz_never_fails_because_the_api_is_down() {
+        let (d, p) = (Duration::from_secs(15), Duration::from_secs(2));
+        let follower = Status {
+            loop_heartbeat: BootInstant::from_nanos(100 * S),
+            lease_observed: false,
+            api_ok: false,
+            ..Status::default()
+        };
+        assert!(follower.ready().is_err());
+        assert!(follower
+            .healthy(BootInstant::from_nanos(101 * S), d, p)
+            .is_ok());
+        // A leader whose last renew succeeded at 90s, grant until 100s (R = 10s): at 104.9s the
+        // loop has demoted it already (grant_expiry cleared) or is about to; either way healthy.
+        let leader = Status {
+            loop_heartbeat: BootInstant::from_nanos(104 * S),
+            grant_expiry: Some(BootInstant::from_nanos(100 * S)),
+            last_renew_ok: Some(BootInstant::from_nanos(90 * S)),
+            api_ok: false,
+            lease_observed: true,
+            ..Status::default()
+        };
+        assert!(leader
+            .healthy(BootInstant::from_nanos(104 * S), d, p)
+            .is_ok());
+    }
+
     #[test]
     fn readyz_needs_an_observation_and_a_working_api() {
         let mut st = Status::default();

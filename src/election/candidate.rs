@@ -4,19 +4,25 @@
 //! happened at, so the safety rules below are unit-tested with a fake clock.
 //!
 //! The rules (see DESIGN.md, "Safety"):
-//! - A Lease held by someone else is free once its record (holder, renewTime, resourceVersion)
-//!   has stayed unchanged for the lease duration since *we* first saw it. Another node's
-//!   `renewTime` is never compared with our clock.
+//! - A Lease held by someone else is free once its record — the spec fields a holder writes:
+//!   holder, renewTime, acquireTime, leaseDurationSeconds, leaseTransitions — has stayed
+//!   unchanged for the lease duration since *we* first saw it (longer if the holder promised a
+//!   longer duration, up to a cap). Another node's `renewTime` is never compared with our
+//!   clock. Metadata edits do not count as a renewal.
 //! - An empty holder means released: free at once. An absent Lease is not "released" — it may
 //!   have been deleted under a running leader — so it is free only after a lease duration.
 //! - A renew (or acquire) sent at local time t that succeeds holds the grant until t + R.
 //!   Nothing extends a grant that has already lapsed: the leader must demote first.
+//! - Fresh answers of the API (reads, our writes' responses) replace the view whatever their
+//!   resourceVersion; only watch events are ordered (see [`Source`]). A fresh answer older than
+//!   what we saw before means the store went back in time: its record must then stay unchanged
+//!   for a lease duration even if it is released or ours.
 
 use std::time::Duration;
 
 use crate::clock::BootInstant;
 
-use super::record::{is_older_resource_version, Observed, RecordKey};
+use super::record::{numeric_resource_version, Observed, RecordKey};
 use super::timing::Timing;
 
 /// Why this pod stopped leading. Shown in logs, Events and metrics.
@@ -75,11 +81,60 @@ pub struct Term {
     pub expiry: BootInstant,
 }
 
+/// How an observation reached us, which decides whether its resourceVersion may be ordered
+/// against what we already know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A watch event. Events of one stream arrive in order, but one that lags behind a read or
+    /// our own write must not rewind the view: it is dropped when its resourceVersion is older
+    /// than the view's.
+    Event,
+    /// The answer to a request of ours sent at `sent_at`: a GET, a re-read after a 409, the
+    /// response to our own write. It is what the API says *now*, so it replaces the view
+    /// whatever its resourceVersion: after an etcd restore from an older snapshot the versions
+    /// go backwards, and a follower that ignored such answers kept a frozen view (and took the
+    /// Lease after D) while the leader's renewals kept succeeding. The one exception: a read
+    /// sent *before* the view arrived (the watch task's GET racing our own write) may predate
+    /// it, and is dropped when its version is older.
+    Read { sent_at: BootInstant },
+}
+
+/// What became of one observation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Observation {
+    /// Older than the view (see [`Source`]); nothing changed.
+    Stale,
+    /// It is the view now, with the transition it caused, if any.
+    Accepted(Option<Transition>),
+}
+
+impl Observation {
+    pub fn accepted(&self) -> bool {
+        matches!(self, Observation::Accepted(_))
+    }
+
+    pub fn transition(self) -> Option<Transition> {
+        match self {
+            Observation::Accepted(t) => t,
+            Observation::Stale => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Seen {
     observed: Observed,
     key: RecordKey,
+    /// When we first saw this key: the start of its D wait.
     first_seen: BootInstant,
+    /// When this observation arrived, to order reads sent before it.
+    received_at: BootInstant,
+    /// For a record that came with a history break (see [`Candidate::history_breaks`]): a
+    /// released record or our own is then not free at once but only after it stayed unchanged
+    /// this long — what the holder of the lost future promised — because it may be a restored
+    /// past while that holder still runs.
+    distrust: Option<Duration>,
 }
 
 /// One contender for the Lease.
@@ -89,6 +144,11 @@ pub struct Candidate {
     timing: Timing,
     seen: Option<Seen>,
     term: Option<Term>,
+    /// The highest numeric resourceVersion seen since the last history break.
+    highest_rv: Option<u64>,
+    /// The highest `leaseTransitions` seen since the last history break or deletion.
+    highest_transitions: Option<u64>,
+    history_breaks: u64,
 }
 
 impl Candidate {
@@ -99,6 +159,9 @@ impl Candidate {
             timing,
             seen: None,
             term: None,
+            highest_rv: None,
+            highest_transitions: None,
+            history_breaks: 0,
         }
     }
 
@@ -124,52 +187,106 @@ impl Candidate {
         self.seen.as_ref().map(|s| &s.observed)
     }
 
+    /// How often a fresh answer of the API went back in time: a resourceVersion lower than one
+    /// seen before, or fewer `leaseTransitions` than seen since the Lease was last seen absent —
+    /// an etcd restored from a snapshot without `--bump-revision`. (Transitions catch it when
+    /// the restored store has already written past the old revision: etcd's revision counts
+    /// every object's writes, transitions only takeovers of this Lease.) Each break re-bases
+    /// the view on the answer and distrusts it.
+    pub fn history_breaks(&self) -> u64 {
+        self.history_breaks
+    }
+
     /// Records what the Lease looks like at `now`. Returns a demotion when the Lease no longer
-    /// names us while we lead. A record older than the one we hold (a late watch event) is ignored.
-    pub fn observe(&mut self, now: BootInstant, observed: Observed) -> Option<Transition> {
-        if let (Some(seen), Some(new_rv)) = (&self.seen, observed.resource_version()) {
-            if let Some(old_rv) = seen.observed.resource_version() {
-                if is_older_resource_version(new_rv, old_rv) {
-                    return None;
+    /// names us while we lead. A deleted Lease does not demote a leader (it recreates it).
+    pub fn observe(&mut self, now: BootInstant, observed: Observed, source: Source) -> Observation {
+        let new_rv = observed
+            .resource_version()
+            .and_then(numeric_resource_version);
+        let view_rv = self
+            .seen
+            .as_ref()
+            .and_then(|s| s.observed.resource_version())
+            .and_then(numeric_resource_version);
+        let older_than_view = matches!((new_rv, view_rv), (Some(new), Some(view)) if new < view);
+        let history_break = match source {
+            Source::Event => {
+                if older_than_view {
+                    return Observation::Stale;
                 }
+                false
             }
+            Source::Read { sent_at } => {
+                let overlapped = self.seen.as_ref().is_some_and(|s| sent_at < s.received_at);
+                if older_than_view && overlapped {
+                    return Observation::Stale;
+                }
+                let rv_back =
+                    matches!((new_rv, self.highest_rv), (Some(new), Some(high)) if new < high);
+                let transitions_back = matches!(
+                    (&observed, self.highest_transitions),
+                    (Observed::Present(r), Some(high)) if r.transitions < high
+                );
+                rv_back || transitions_back
+            }
+        };
+        let new_transitions = match &observed {
+            Observed::Present(r) => Some(r.transitions),
+            // A recreated Lease starts again at 0.
+            Observed::Absent => None,
+        };
+        if history_break {
+            self.history_breaks += 1;
+            self.highest_rv = new_rv;
+            self.highest_transitions = new_transitions;
+        } else {
+            if let Some(new) = new_rv {
+                self.highest_rv = Some(self.highest_rv.map_or(new, |high| high.max(new)));
+            }
+            self.highest_transitions = new_transitions
+                .map(|new| self.highest_transitions.map_or(new, |high| high.max(new)));
         }
         let key = observed.key();
-        let first_seen = match &self.seen {
-            Some(seen) if seen.key == key => seen.first_seen,
-            _ => now,
+        let (mut first_seen, distrust) = match &self.seen {
+            Some(seen) if seen.key == key && !history_break => (seen.first_seen, seen.distrust),
+            _ if history_break => (now, Some(self.promise_of_view())),
+            _ => (now, None),
+        };
+        // A Lease found absent by a new read may have been recreated, renewed and deleted again
+        // since the last look without us seeing it (the key of an absent Lease never changes),
+        // so its absence counts from now.
+        if matches!(source, Source::Read { .. }) && observed == Observed::Absent {
+            first_seen = now;
+        }
+        let holder = match &observed {
+            Observed::Present(r) => Some(r.holder.clone()),
+            Observed::Absent => None,
         };
         self.seen = Some(Seen {
             observed,
             key,
             first_seen,
+            received_at: now,
+            distrust,
         });
-        let holder = self.seen.as_ref().and_then(|s| match &s.observed {
-            Observed::Present(r) => Some(r.holder.clone()),
-            // A deleted Lease under a live leader: the leader recreates it on its next renew.
-            Observed::Absent => None,
-        });
-        match holder {
+        Observation::Accepted(match holder {
             Some(holder)
                 if self.term.is_some() && holder.as_deref() != Some(self.holder_id.as_str()) =>
             {
                 self.demote(StopReason::LostLease { holder })
             }
             _ => None,
-        }
+        })
     }
 
-    /// Records the result of a fresh read (a GET, not a watch event). A Lease found absent by a
-    /// new read may have been recreated, renewed and deleted again since the last look without
-    /// us seeing it (the record key of an absent Lease never changes), so its absence is
-    /// counted from now.
-    pub fn observe_read(&mut self, now: BootInstant, observed: Observed) -> Option<Transition> {
-        if observed == Observed::Absent {
-            if let Some(seen) = self.seen.as_mut().filter(|s| s.key == RecordKey::Absent) {
-                seen.first_seen = now;
-            }
-        }
-        self.observe(now, observed)
+    /// How long the holder of the current view may still run after its last renewal, as far
+    /// as its record tells (at least our lease duration, see [`Timing::takeover_wait`]).
+    fn promise_of_view(&self) -> Duration {
+        let duration = match self.seen.as_ref().map(|s| &s.observed) {
+            Some(Observed::Present(r)) => r.duration,
+            _ => None,
+        };
+        self.timing.takeover_wait(duration)
     }
 
     /// Checks the grant against the clock: a lapsed grant demotes before anything else happens.
@@ -192,19 +309,20 @@ impl Candidate {
         let seen = self.seen.as_ref()?;
         Some(match &seen.observed {
             Observed::Absent => seen.first_seen.saturating_add(self.timing.lease_duration),
-            Observed::Present(r) => match r.holder.as_deref() {
-                None => seen.first_seen,
-                // Our own record (our grant lapsed earlier): nobody else can hold it meanwhile.
-                Some(h) if h == self.holder_id => seen.first_seen,
-                Some(_) => {
-                    // Respect a longer duration promised by the holder; never wait less than ours.
-                    let wait = r
-                        .duration
-                        .unwrap_or(Duration::ZERO)
-                        .max(self.timing.lease_duration);
-                    seen.first_seen.saturating_add(wait)
+            Observed::Present(r) => {
+                // Released, or our own record (our grant lapsed earlier): nobody else can hold
+                // it meanwhile, so it is free at once — unless it came with a history break.
+                let nobody_else = r.holder.as_deref().is_none_or(|h| h == self.holder_id);
+                match (nobody_else, seen.distrust) {
+                    (true, None) => seen.first_seen,
+                    (true, Some(wait)) => seen.first_seen.saturating_add(wait),
+                    // Respect a longer duration promised by the holder, up to a cap; never
+                    // wait less than ours.
+                    (false, _) => seen
+                        .first_seen
+                        .saturating_add(self.timing.takeover_wait(r.duration)),
                 }
-            },
+            }
         })
     }
 
@@ -224,7 +342,8 @@ impl Candidate {
             Observed::Present(r) => r.transitions,
             Observed::Absent => 0,
         };
-        self.observe(now, observed);
+        // The answer to our own write is authoritative; it cannot demote (it names us).
+        let _ = self.observe(now, observed, Source::Read { sent_at });
         let expiry = sent_at.saturating_add(self.timing.renew_deadline);
         if self.term.is_some() || now >= expiry {
             // Already leading (cannot happen in the driver), or the answer came too late to
@@ -246,7 +365,10 @@ impl Candidate {
         now: BootInstant,
         observed: Observed,
     ) -> Option<Transition> {
-        if let Some(t) = self.observe(now, observed) {
+        if let Some(t) = self
+            .observe(now, observed, Source::Read { sent_at })
+            .transition()
+        {
             return Some(t);
         }
         let term = self.term.as_mut()?;
@@ -267,278 +389,6 @@ impl Candidate {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::record::LeaseRecord;
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn at(secs: f64) -> BootInstant {
-        BootInstant::from_nanos((secs * S as f64) as u64)
-    }
-
-    fn held(holder: Option<&str>, rv: u64, duration: Option<u64>, transitions: u64) -> Observed {
-        Observed::Present(LeaseRecord {
-            holder: holder.map(str::to_owned),
-            duration: duration.map(Duration::from_secs),
-            transitions,
-            renew_time: Some(format!("t{rv}")),
-            resource_version: rv.to_string(),
-        })
-    }
-
-    fn candidate() -> Candidate {
-        Candidate::new("me_1", Timing::default())
-    }
-
-    #[test]
-    fn nothing_is_free_before_the_first_look() {
-        let c = candidate();
-        assert_eq!(c.free_at(), None);
-        assert!(!c.may_acquire(at(100.0)));
-    }
-
-    #[test]
-    fn released_lease_is_free_at_once() {
-        let mut c = candidate();
-        c.observe(at(5.0), held(None, 10, Some(1), 3));
-        assert!(c.may_acquire(at(5.0)));
-    }
-
-    #[test]
-    fn held_lease_is_free_only_after_it_stayed_unchanged_for_the_lease_duration() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(Some("other"), 10, Some(15), 1));
-        assert!(!c.may_acquire(at(14.9)));
-        // The same record again (a re-read) does not restart the wait.
-        c.observe(at(10.0), held(Some("other"), 10, Some(15), 1));
-        assert!(c.may_acquire(at(15.0)));
-    }
-
-    #[test]
-    fn a_renewal_restarts_the_wait() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(Some("other"), 10, Some(15), 1));
-        c.observe(at(12.0), held(Some("other"), 11, Some(15), 1));
-        assert!(!c.may_acquire(at(26.9)));
-        assert!(c.may_acquire(at(27.0)));
-    }
-
-    #[test]
-    fn late_duplicate_events_do_not_rewind_the_record() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(Some("other"), 11, Some(15), 1));
-        c.observe(at(1.0), held(Some("other"), 10, Some(15), 1));
-        assert_eq!(c.free_at(), Some(at(15.0)));
-    }
-
-    #[test]
-    fn absent_lease_waits_a_full_lease_duration() {
-        let mut c = candidate();
-        c.observe(at(3.0), Observed::Absent);
-        assert!(!c.may_acquire(at(17.9)));
-        assert!(c.may_acquire(at(18.0)));
-    }
-
-    #[test]
-    fn a_lease_found_absent_again_by_a_new_read_restarts_the_wait() {
-        // Deleted at 100; our watch breaks; meanwhile it is recreated, renewed, deleted again.
-        let mut c = candidate();
-        c.observe(at(100.0), Observed::Absent);
-        c.observe_read(at(119.0), Observed::Absent);
-        assert!(
-            !c.may_acquire(at(119.0)),
-            "an unseen recreation may have happened"
-        );
-        assert!(c.may_acquire(at(134.0)));
-        // Watch events of an absence (no new read) keep counting from the first look.
-        let mut c = candidate();
-        c.observe(at(100.0), Observed::Absent);
-        c.observe(at(110.0), Observed::Absent);
-        assert!(c.may_acquire(at(115.0)));
-    }
-
-    #[test]
-    fn garbage_or_short_durations_never_shorten_our_wait_but_longer_ones_lengthen_it() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(Some("other"), 10, None, 0));
-        assert_eq!(c.free_at(), Some(at(15.0)));
-        c.observe(at(0.0), held(Some("other"), 11, Some(2), 0));
-        assert_eq!(c.free_at(), Some(at(15.0)));
-        c.observe(at(0.0), held(Some("other"), 12, Some(60), 0));
-        assert_eq!(c.free_at(), Some(at(60.0)));
-    }
-
-    #[test]
-    fn acquire_grants_until_send_time_plus_renew_deadline() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 4));
-        let t = c.acquired(at(1.0), at(1.2), held(Some("me_1"), 11, Some(15), 5));
-        assert_eq!(
-            t,
-            Some(Transition::BecameLeader {
-                epoch: 5,
-                expiry: at(11.0)
-            })
-        );
-        assert!(c.tick(at(10.9)).is_none());
-        assert_eq!(
-            c.tick(at(11.0)),
-            Some(Transition::StoppedLeading {
-                reason: StopReason::GrantExpired
-            })
-        );
-        assert!(!c.is_leader());
-    }
-
-    #[test]
-    fn renew_extends_from_its_send_time_not_its_answer_time() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 0));
-        c.acquired(at(0.0), at(0.1), held(Some("me_1"), 11, Some(15), 1));
-        let t = c.renewed(at(2.0), at(3.5), held(Some("me_1"), 12, Some(15), 1));
-        assert_eq!(
-            t,
-            Some(Transition::Renewed {
-                epoch: 1,
-                expiry: at(12.0)
-            })
-        );
-    }
-
-    #[test]
-    fn a_renew_answered_after_the_grant_lapsed_does_not_resurrect_it() {
-        // A leader paused (SIGSTOP) with a renew in flight: its answer arrives after expiry.
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 0));
-        c.acquired(at(0.0), at(0.1), held(Some("me_1"), 11, Some(15), 1));
-        let t = c.renewed(at(9.0), at(30.0), held(Some("me_1"), 12, Some(15), 1));
-        assert_eq!(
-            t,
-            Some(Transition::StoppedLeading {
-                reason: StopReason::GrantExpired
-            })
-        );
-        assert!(!c.is_leader());
-    }
-
-    #[test]
-    fn an_acquire_answered_too_late_grants_nothing() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 0));
-        assert_eq!(
-            c.acquired(at(0.0), at(10.0), held(Some("me_1"), 11, Some(15), 1)),
-            None
-        );
-        assert!(!c.is_leader());
-        // The record is ours, so it is free for us at once.
-        assert!(c.may_acquire(at(10.0)));
-    }
-
-    #[test]
-    fn seeing_another_holder_demotes_at_once() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 0));
-        c.acquired(at(0.0), at(0.1), held(Some("me_1"), 11, Some(15), 1));
-        let t = c.observe(at(1.0), held(Some("thief"), 12, Some(15), 2));
-        assert_eq!(
-            t,
-            Some(Transition::StoppedLeading {
-                reason: StopReason::LostLease {
-                    holder: Some("thief".into())
-                }
-            })
-        );
-        // And the thief's record must then age a full lease duration before we may take it.
-        assert!(!c.may_acquire(at(15.9)));
-        assert!(c.may_acquire(at(16.0)));
-    }
-
-    #[test]
-    fn a_deleted_lease_does_not_demote_the_leader_by_itself() {
-        let mut c = candidate();
-        c.observe(at(0.0), held(None, 10, None, 0));
-        c.acquired(at(0.0), at(0.1), held(Some("me_1"), 11, Some(15), 1));
-        assert_eq!(c.observe(at(1.0), Observed::Absent), None);
-        assert!(c.is_leader());
-    }
-
-    /// Two candidates sharing one simulated Lease, driven by a fake clock through every
-    /// interleaving of a bounded schedule: at no instant do both hold a live grant, even when
-    /// the leader stops renewing (crash or partition) at an arbitrary point.
-    #[test]
-    fn simulated_takeover_never_overlaps_grants() {
-        let timing = Timing::default();
-        for crash_at_ms in (100..20_000u64).step_by(700) {
-            for watch_delay_ms in [0u64, 300, 1_900] {
-                let mut a = Candidate::new("a_1", timing);
-                let mut b = Candidate::new("b_1", timing);
-                let mut rv = 1u64;
-                // Every write to the simulated Lease, with the time it happened.
-                let mut history = vec![(0u64, held(None, rv, None, 0))];
-                a.observe(at(0.0), history[0].1.clone());
-                let mut a_grant_until = BootInstant::default();
-                let mut b_grant_from: Option<BootInstant> = None;
-                let mut ms = 0u64;
-                while ms < 60_000 && b_grant_from.is_none() {
-                    let now = BootInstant::from_nanos(ms * 1_000_000);
-                    a.tick(now);
-                    // a renews (or acquires) every retry period while alive.
-                    if ms < crash_at_ms
-                        && ms.is_multiple_of(2_000)
-                        && (a.is_leader() || a.may_acquire(now))
-                    {
-                        rv += 1;
-                        let record = held(Some("a_1"), rv, Some(15), 1);
-                        history.push((ms, record.clone()));
-                        let t = if a.is_leader() {
-                            a.renewed(now, now, record)
-                        } else {
-                            a.acquired(now, now, record)
-                        };
-                        if let Some(
-                            Transition::BecameLeader { expiry, .. }
-                            | Transition::Renewed { expiry, .. },
-                        ) = t
-                        {
-                            a_grant_until = expiry;
-                        }
-                    }
-                    // b learns of each write only after the watch delay.
-                    if let Some((_, record)) =
-                        history.iter().rev().find(|(w, _)| w + watch_delay_ms <= ms)
-                    {
-                        b.observe(now, record.clone());
-                    }
-                    // b's conditional write succeeds only against the newest record.
-                    let latest_rv = history
-                        .last()
-                        .map(|(_, r)| r.resource_version().map(str::to_owned));
-                    let b_rv = b
-                        .observed()
-                        .and_then(|o| o.resource_version().map(str::to_owned));
-                    if b.may_acquire(now) && latest_rv == Some(b_rv) {
-                        rv += 1;
-                        let record = held(Some("b_1"), rv, Some(15), 2);
-                        history.push((ms, record.clone()));
-                        if b.acquired(now, now, record).is_some() {
-                            b_grant_from = Some(now);
-                        }
-                    }
-                    ms += 100;
-                }
-                assert!(
-                    a_grant_until > BootInstant::default(),
-                    "a must have led before crashing"
-                );
-                let from = b_grant_from.expect("b must take over after a crashes");
-                // The consumer of a may run until its grant's expiry plus kill grace.
-                assert!(
-                    from > a_grant_until.saturating_add(timing.kill_grace),
-                    "overlap: crash at {crash_at_ms} ms, b led from {from:?}, a's consumer until {:?}",
-                    a_grant_until.saturating_add(timing.kill_grace)
-                );
-            }
-        }
-    }
-}
+mod simulation;
+#[cfg(test)]
+mod tests;

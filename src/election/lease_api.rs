@@ -2,7 +2,13 @@
 //! that feeds every change to the election loop.
 //!
 //! Every call is bounded by a timeout shorter than the renew deadline, so a hung API server can
-//! delay a renew but never hold the loop past the grant's expiry.
+//! delay a renew but never hold the loop past the grant's expiry. The watch is bounded too: the
+//! server ends it after [`WATCH_TIMEOUT_SECONDS`] and sends bookmarks while it is idle, so a
+//! stream that delivers nothing at all for [`WATCH_IDLE_LIMIT`], or outlives its server-side
+//! timeout by [`WATCH_DEADLINE_SLACK`], was dropped by something in between (a middlebox that
+//! forgot the connection, a half-open TCP stream) and is replaced. The election loop does not
+//! rely on that alone: it re-reads a Lease that has been quiet for longer than its holder's
+//! renewals explain (see `elect::run`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,8 +18,20 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::record::Observed;
+use crate::clock::BootInstant;
+
+/// `timeoutSeconds` of every watch request: the server ends the stream then (with a bookmark
+/// two seconds before), and the watch resumes from the last version it saw.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// A healthy idle watch carries a bookmark at least about once a minute (the apiserver's watch
+/// cache sends one every minute to watchers that allow them); nothing at all for this long
+/// means the stream is dead although its connection looks open.
+pub const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(90);
+/// How long a stream may outlive its server-side timeout before it is given up.
+pub const WATCH_DEADLINE_SLACK: Duration = Duration::from_secs(15);
 
 /// How a Lease call failed, coarse enough to act on and to label metrics with.
 #[derive(Debug, thiserror::Error)]
@@ -131,12 +149,14 @@ impl LeaseApi {
 
     /// Starts the watch task. It sends each observed state of the Lease (with the full object)
     /// and keeps the watch alive: on its end it resumes from the last resourceVersion; on
-    /// `410 Gone` or an error it re-reads once (with backoff) and watches again.
-    pub fn spawn_watch(&self, retry: Duration) -> mpsc::Receiver<WatchItem> {
+    /// `410 Gone`, an error or a silent stream it re-reads once (with backoff) and watches
+    /// again. Dropping the returned handle stops the task, even one stuck on a dead connection.
+    #[must_use = "the watch stops when its handle is dropped"]
+    pub fn spawn_watch(&self, retry: Duration) -> Watch {
         let (tx, rx) = mpsc::channel(16);
         let this = self.clone();
-        tokio::spawn(async move { this.watch_loop(tx, retry).await });
-        rx
+        let task = tokio::spawn(async move { this.watch_loop(tx, retry).await });
+        Watch { rx, task }
     }
 
     async fn watch_loop(self, tx: mpsc::Sender<WatchItem>, retry: Duration) {
@@ -145,13 +165,17 @@ impl LeaseApi {
         loop {
             let rv = match resume_from.take() {
                 Some(rv) => rv,
-                None => match self.get().await {
-                    Ok(lease) => {
+                None => match self.read_for_watch().await {
+                    Ok((sent_at, lease)) => {
                         let rv = lease
                             .as_ref()
                             .and_then(|l| l.metadata.resource_version.clone())
                             .unwrap_or_else(|| "0".to_owned());
-                        if tx.send(WatchItem::Read(lease.map(Box::new))).await.is_err() {
+                        let read = WatchItem::Read {
+                            lease: lease.map(Box::new),
+                            sent_at,
+                        };
+                        if tx.send(read).await.is_err() {
                             return;
                         }
                         rv
@@ -179,7 +203,13 @@ impl LeaseApi {
                     }
                     resume_from = Some(last);
                 }
-                WatchEnd::Relist => {}
+                WatchEnd::Relist | WatchEnd::Silent => {
+                    // A server that answers 410 at once must not get back-to-back requests.
+                    if started.elapsed() < Duration::from_secs(1) {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(retry);
+                    }
+                }
                 WatchEnd::Failed(e) => {
                     if tx.send(WatchItem::Error(e)).await.is_err() {
                         return;
@@ -192,18 +222,40 @@ impl LeaseApi {
         }
     }
 
+    /// A GET for the start of a watch, with the instant it was sent (see
+    /// [`crate::election::candidate::Source`]).
+    async fn read_for_watch(&self) -> Result<(BootInstant, Option<Lease>), LeaseApiError> {
+        let sent_at = BootInstant::now();
+        self.get().await.map(|lease| (sent_at, lease))
+    }
+
     async fn watch_from(&self, rv: &str, tx: &mpsc::Sender<WatchItem>) -> WatchEnd {
-        // The server ends the watch after timeoutSeconds; we then resume from the last version.
+        // Bookmarks are on (kube's default), so even an idle stream carries something.
         let params = WatchParams::default()
             .fields(&format!("metadata.name={}", self.name))
-            .timeout(290);
+            .timeout(WATCH_TIMEOUT_SECONDS);
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS))
+            + WATCH_DEADLINE_SLACK;
         let stream = match self.bounded(self.api.watch(&params, rv)).await {
             Ok(s) => s,
             Err(e) => return WatchEnd::Failed(e),
         };
         let mut stream = std::pin::pin!(stream.map_err(LeaseApiError::from_kube));
         let mut last = rv.to_owned();
-        while let Some(event) = stream.next().await {
+        loop {
+            let quiet_until = (tokio::time::Instant::now() + WATCH_IDLE_LIMIT).min(deadline);
+            let event = match tokio::time::timeout_at(quiet_until, stream.next()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        lease = %self.reference(),
+                        "the Lease watch went silent (no event, no bookmark); restarting it"
+                    );
+                    return WatchEnd::Silent;
+                }
+            };
             let item = match event {
                 Ok(WatchEvent::Added(l)) | Ok(WatchEvent::Modified(l)) => {
                     last = l.metadata.resource_version.clone().unwrap_or(last);
@@ -231,13 +283,36 @@ impl LeaseApi {
     }
 }
 
+/// A running watch task: its items, and the task, stopped when this is dropped.
+pub struct Watch {
+    rx: mpsc::Receiver<WatchItem>,
+    task: JoinHandle<()>,
+}
+
+impl Watch {
+    /// The next item; `None` once the task has ended.
+    pub async fn recv(&mut self) -> Option<WatchItem> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// What the watch task reports.
 #[derive(Debug)]
 pub enum WatchItem {
     /// A watch event: the Lease as it is now (`None`: it was deleted).
     Observed(Option<Box<Lease>>),
-    /// A fresh read when the watch (re)starts: no continuity with what came before.
-    Read(Option<Box<Lease>>),
+    /// A fresh read (sent at `sent_at`) when the watch (re)starts: no continuity with what
+    /// came before.
+    Read {
+        lease: Option<Box<Lease>>,
+        sent_at: BootInstant,
+    },
     /// The watch or its re-read failed; it retries by itself.
     Error(LeaseApiError),
 }
@@ -245,6 +320,8 @@ pub enum WatchItem {
 enum WatchEnd {
     Resume(String),
     Relist,
+    /// Nothing arrived for too long: the stream is dead although it looks open.
+    Silent,
     Failed(LeaseApiError),
     ReceiverGone,
 }

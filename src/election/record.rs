@@ -28,18 +28,29 @@ pub struct LeaseRecord {
     pub transitions: u64,
     /// `renewTime` as written, kept only to detect change.
     pub renew_time: Option<String>,
+    /// `acquireTime` as written, kept only to detect change.
+    pub acquire_time: Option<String>,
     /// `metadata.resourceVersion`: the precondition of every write.
     pub resource_version: String,
 }
 
 /// The identity of an observed record: if it is unchanged for D, its holder has had time to stop.
+///
+/// Only the spec fields a holder writes when it acquires or renews count. Metadata edits
+/// (labels, annotations by GitOps tools, managed fields) change the resourceVersion but say
+/// nothing about the holder being alive, so they must not restart a follower's wait: a tool
+/// that annotates the Lease every few seconds would otherwise postpone a takeover for ever.
+/// `preferredHolder` and `strategy` are left out for the same reason (a coordinator writes
+/// them, not the holder). Every renewal changes `renewTime` (ours strictly, see [`renewed`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordKey {
     Absent,
     Present {
         holder: Option<String>,
         renew_time: Option<String>,
-        resource_version: String,
+        acquire_time: Option<String>,
+        duration: Option<Duration>,
+        transitions: u64,
     },
 }
 
@@ -54,7 +65,9 @@ impl Observed {
             Observed::Present(r) => RecordKey::Present {
                 holder: r.holder.clone(),
                 renew_time: r.renew_time.clone(),
-                resource_version: r.resource_version.clone(),
+                acquire_time: r.acquire_time.clone(),
+                duration: r.duration,
+                transitions: r.transitions,
             },
         }
     }
@@ -85,23 +98,44 @@ impl LeaseRecord {
                 .map(|s| Duration::from_secs(s as u64)),
             transitions: spec.lease_transitions.map(|t| t.max(0) as u64).unwrap_or(0),
             renew_time: spec.renew_time.map(|t| t.0.to_string()),
+            acquire_time: spec.acquire_time.map(|t| t.0.to_string()),
             resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
         }
     }
 }
 
-/// Whether resource version `candidate` is older than `current`. Resource versions are opaque
-/// strings in the API contract, but every apiserver backed by etcd uses revision numbers; where
-/// both parse, an older one identifies a late duplicate that must not rewind what we know.
+/// A resource version as a number. Resource versions are opaque strings in the API contract,
+/// but every apiserver backed by etcd uses its revision numbers; `None` for anything else, which
+/// then orders nothing.
+pub fn numeric_resource_version(rv: &str) -> Option<u64> {
+    rv.parse().ok()
+}
+
+/// Whether resource version `candidate` is older than `current` (both numeric).
 pub fn is_older_resource_version(candidate: &str, current: &str) -> bool {
-    match (candidate.parse::<u64>(), current.parse::<u64>()) {
-        (Ok(a), Ok(b)) => a < b,
+    match (
+        numeric_resource_version(candidate),
+        numeric_resource_version(current),
+    ) {
+        (Some(a), Some(b)) => a < b,
         _ => false,
     }
 }
 
 fn now_micro() -> MicroTime {
     MicroTime(Timestamp::now())
+}
+
+/// Now, at the microsecond precision `renewTime` is stored with, but strictly after `previous`:
+/// a renewal must change the record's key even if the wall clock stands still or steps back,
+/// or followers would count it as no renewal at all.
+fn renew_time_after(previous: Option<&MicroTime>) -> MicroTime {
+    let now = Timestamp::now().as_microsecond();
+    let micros = match previous.map(|p| p.0.as_microsecond()) {
+        Some(prev) if now <= prev => prev.saturating_add(1),
+        _ => now,
+    };
+    MicroTime(Timestamp::from_microsecond(micros).unwrap_or_else(|_| Timestamp::now()))
 }
 
 /// A brand-new Lease held by `holder` (used when the Lease is absent).
@@ -146,13 +180,13 @@ pub fn acquired(current: &Lease, holder: &str, duration_seconds: i32) -> Lease {
     lease
 }
 
-/// `current` renewed by its holder.
+/// `current` renewed by its holder. The new `renewTime` is always later than the old one.
 pub fn renewed(current: &Lease, holder: &str, duration_seconds: i32) -> Lease {
     let mut lease = current.clone();
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
     spec.holder_identity = Some(holder.to_owned());
     spec.lease_duration_seconds = Some(duration_seconds);
-    spec.renew_time = Some(now_micro());
+    spec.renew_time = Some(renew_time_after(spec.renew_time.as_ref()));
     lease
 }
 
@@ -220,6 +254,52 @@ mod tests {
         assert_eq!(spec.holder_identity.as_deref(), Some(""));
         assert_eq!(spec.lease_duration_seconds, Some(1));
         assert_eq!(spec.lease_transitions, Some(2));
+    }
+
+    #[test]
+    fn a_renewal_always_moves_renew_time_forward() {
+        // A renewTime far in the future (a clock that stepped back since it was written).
+        let mut current = lease(Some("me"), Some(15), Some(1), "9");
+        let future = Timestamp::now().as_microsecond() + 3_600_000_000;
+        current.spec.as_mut().unwrap().renew_time =
+            Some(MicroTime(Timestamp::from_microsecond(future).unwrap()));
+        let next = renewed(&current, "me", 15);
+        let written = next.spec.unwrap().renew_time.unwrap().0.as_microsecond();
+        assert_eq!(written, future + 1);
+        assert_ne!(
+            Observed::from_lease(&current).key(),
+            Observed::from_lease(&renewed(&current, "me", 15)).key()
+        );
+    }
+
+    #[test]
+    fn metadata_edits_do_not_change_the_record_key() {
+        let a = lease(Some("holder"), Some(15), Some(1), "9");
+        let mut b = a.clone();
+        b.metadata.resource_version = Some("10".into());
+        b.metadata.annotations = Some([("argocd/sync".to_owned(), "1".to_owned())].into());
+        b.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+        b.spec.as_mut().unwrap().preferred_holder = Some("someone".into());
+        assert_eq!(
+            Observed::from_lease(&a).key(),
+            Observed::from_lease(&b).key()
+        );
+        // Every field a holder writes does.
+        let edits: [fn(&mut LeaseSpec); 5] = [
+            |s| s.holder_identity = Some("other".into()),
+            |s| s.renew_time = Some(MicroTime(Timestamp::UNIX_EPOCH)),
+            |s| s.acquire_time = Some(MicroTime(Timestamp::UNIX_EPOCH)),
+            |s| s.lease_duration_seconds = Some(16),
+            |s| s.lease_transitions = Some(2),
+        ];
+        for edit in edits {
+            let mut c = a.clone();
+            edit(c.spec.as_mut().unwrap());
+            assert_ne!(
+                Observed::from_lease(&a).key(),
+                Observed::from_lease(&c).key()
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,16 @@ use crate::config::{human, ConfigError};
 /// rate differences between nodes and scheduling delays.
 pub const MIN_MARGIN: Duration = Duration::from_secs(1);
 
+/// The longest foreign `leaseDurationSeconds` a follower honours (when it is longer than its own
+/// lease duration). A holder may promise a longer duration than ours (a peer configured
+/// differently, client-go with a long lease), and we wait for it; but the field is written by
+/// anyone who may update the Lease, and up to 2^31 s would postpone every takeover for decades
+/// after a typo or a stale hand edit. Five minutes is twenty times the default lease duration
+/// and longer than any leader-election default in Kubernetes components (15 s to 60 s), so every
+/// sane peer is honoured in full; a peer configured with more is only safe if its own renew
+/// deadline and grace end within this cap.
+pub const MAX_HONOURED_LEASE_DURATION: Duration = Duration::from_secs(300);
+
 /// Election timing. All of it is measured on the local CLOCK_BOOTTIME only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
@@ -95,6 +105,16 @@ impl Timing {
         i32::try_from(secs).unwrap_or(i32::MAX)
     }
 
+    /// How long a record held by someone else must stay unchanged before we may take it, given
+    /// the `leaseDurationSeconds` it carries: never less than our own lease duration, a longer
+    /// promise honoured up to [`MAX_HONOURED_LEASE_DURATION`] (or our own, if that is longer).
+    pub fn takeover_wait(&self, foreign: Option<Duration>) -> Duration {
+        let cap = MAX_HONOURED_LEASE_DURATION.max(self.lease_duration);
+        foreign
+            .unwrap_or(Duration::ZERO)
+            .clamp(self.lease_duration, cap)
+    }
+
     /// Timeout of every API call: shorter than the renew deadline so a hung call can never hold
     /// the loop past the grant's expiry, and never below 500 ms so a slow but healthy API works.
     pub fn api_timeout(&self) -> Duration {
@@ -153,6 +173,20 @@ mod tests {
     #[test]
     fn fractional_lease_duration_rounds_up() {
         assert_eq!(t(4_500, 2_000, 500, 1_000).lease_duration_seconds(), 5);
+    }
+
+    #[test]
+    fn a_foreign_duration_is_honoured_up_to_the_cap_and_never_below_ours() {
+        let timing = Timing::default();
+        let s = Duration::from_secs;
+        assert_eq!(timing.takeover_wait(None), s(15));
+        assert_eq!(timing.takeover_wait(Some(s(2))), s(15));
+        assert_eq!(timing.takeover_wait(Some(s(60))), s(60));
+        assert_eq!(timing.takeover_wait(Some(s(300))), s(300));
+        assert_eq!(timing.takeover_wait(Some(s(i32::MAX as u64))), s(300));
+        // Our own lease duration beyond the cap wins over the cap.
+        let long = t(600_000, 10_000, 2_000, 3_000);
+        assert_eq!(long.takeover_wait(Some(s(i32::MAX as u64))), s(600));
     }
 
     #[test]

@@ -622,8 +622,11 @@ fn elector_container(
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
+        // Liveness only: a wedged loop is restarted, but the pod's readiness is the app's
+        // business. `/readyz` follows the API, and a native sidecar's readiness counts toward
+        // the pod's, so wiring it here would take every replica out of its Service at once
+        // when the API server is unreachable (issue 9, item 7).
         liveness_probe: Some(probe("/healthz", 10)),
-        readiness_probe: Some(probe("/readyz", 5)),
         resources: Some(
             opts.sidecar_resources
                 .clone()

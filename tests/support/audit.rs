@@ -34,6 +34,8 @@ pub struct AuditedRequest {
     pub user: String,
     pub verb: String,
     pub uri: String,
+    /// The client's `User-Agent` header, as the apiserver recorded it.
+    pub user_agent: String,
 }
 
 /// A running audited control plane. Dropping it kills both processes.
@@ -181,6 +183,7 @@ impl AuditedCluster {
                     .to_owned(),
                 verb: e["verb"].as_str().unwrap_or_default().to_owned(),
                 uri: e["requestURI"].as_str().unwrap_or_default().to_owned(),
+                user_agent: e["userAgent"].as_str().unwrap_or_default().to_owned(),
             })
             .collect()
     }

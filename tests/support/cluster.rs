@@ -160,6 +160,30 @@ impl Cluster {
         wait_ready(&self.admin_kubeconfig, &mut children, &self.dir)
     }
 
+    /// Starts every stopped process again, etcd first, and returns once the apiserver's
+    /// `/readyz` says ok: for a fault that stops both (an etcd restore). Blocking, like
+    /// [`Cluster::restart`].
+    pub fn restart_all(&self) -> Result<(), String> {
+        let mut children = lock_children(&self.children);
+        for which in [
+            ControlPlaneProcess::Etcd,
+            ControlPlaneProcess::KubeApiserver,
+        ] {
+            if !children.iter().any(|(w, _)| *w == which) {
+                let child = spawn_logged(which, self.layout.command(which), &self.dir)?;
+                children.push((which, child));
+            }
+        }
+        wait_ready(&self.admin_kubeconfig, &mut children, &self.dir)
+    }
+
+    /// etcd's data directory. Copy it only while etcd is stopped (a cold copy is a consistent
+    /// snapshot); putting an old copy back and starting etcd again is a restore without
+    /// `--bump-revision`.
+    pub fn etcd_data_dir(&self) -> PathBuf {
+        self.dir.join("etcd")
+    }
+
     /// `127.0.0.1:<secure port>` of the kube-apiserver.
     pub fn api_addr(&self) -> SocketAddr {
         self.api_addr

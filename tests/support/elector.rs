@@ -37,16 +37,30 @@ impl ElectorProcess {
         kubeconfig: &Path,
         args: &[&str],
     ) -> ElectorProcess {
+        Self::elect_customized(pod, ns, kubeconfig, args, |_| {})
+    }
+
+    /// As [`ElectorProcess::elect_with_kubeconfig`], with `customize` applied to the command
+    /// before it is spawned (e.g. a `pre_exec` that lowers a resource limit in the child).
+    pub fn elect_customized(
+        pod: &str,
+        ns: &TestNs,
+        kubeconfig: &Path,
+        args: &[&str],
+        customize: impl FnOnce(&mut Command),
+    ) -> ElectorProcess {
         let mut all = vec!["elect"];
         all.extend_from_slice(args);
-        Self::spawn(
+        Self::spawn_program_customized(
             pod,
+            Path::new(env!("CARGO_BIN_EXE_passmower-elector")),
             &all,
             &[
                 ("KUBECONFIG", kubeconfig.as_os_str()),
                 ("POD_NAME", OsStr::new(pod)),
                 ("POD_NAMESPACE", OsStr::new(&ns.name)),
             ],
+            customize,
         )
     }
 
@@ -70,6 +84,17 @@ impl ElectorProcess {
         args: &[&str],
         env: &[(&str, &OsStr)],
     ) -> ElectorProcess {
+        Self::spawn_program_customized(name, program, args, env, |_| {})
+    }
+
+    /// As [`ElectorProcess::spawn_program`], with `customize` applied to the command last.
+    pub fn spawn_program_customized(
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &OsStr)],
+        customize: impl FnOnce(&mut Command),
+    ) -> ElectorProcess {
         let dir = tempfile::Builder::new()
             .prefix(&format!("pme-{name}-"))
             .tempdir()
@@ -92,6 +117,7 @@ impl ElectorProcess {
             }
         }
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        customize(&mut cmd);
         let child = process::spawn_tracked(cmd)
             .unwrap_or_else(|e| panic!("spawn {} for {name}: {e}", program.display()));
         ElectorProcess {

@@ -6,6 +6,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::config::Kubeconfig;
@@ -35,6 +37,10 @@ pub enum FaultMode {
 pub struct FaultProxy {
     addr: SocketAddr,
     mode: watch::Sender<FaultMode>,
+    /// Connections numbered below this are silenced for good (see
+    /// [`FaultProxy::silence_open_connections`]).
+    silenced_below: watch::Sender<u64>,
+    accepted: Arc<AtomicU64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dir: tempfile::TempDir,
@@ -51,6 +57,9 @@ impl FaultProxy {
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("proxy addr");
         let (mode, mode_rx) = watch::channel(FaultMode::Pass);
+        let (silenced_below, silenced_rx) = watch::channel(0u64);
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
             .name(format!("pme-proxy-{}", addr.port()))
@@ -61,8 +70,13 @@ impl FaultProxy {
                     .expect("proxy runtime");
                 rt.block_on(async move {
                     let listener = TcpListener::from_std(listener).expect("tokio listener");
+                    let gates = Gates {
+                        mode: mode_rx,
+                        silenced_below: silenced_rx,
+                        accepted: counter,
+                    };
                     tokio::select! {
-                        _ = accept_loop(listener, upstream, mode_rx) => {}
+                        _ = accept_loop(listener, upstream, gates) => {}
                         _ = shutdown_rx => {}
                     }
                 });
@@ -72,6 +86,8 @@ impl FaultProxy {
         FaultProxy {
             addr,
             mode,
+            silenced_below,
+            accepted,
             shutdown: Some(shutdown),
             thread: Some(thread),
             dir: tempfile::Builder::new()
@@ -109,6 +125,15 @@ impl FaultProxy {
         self.set_mode(FaultMode::Delay(d))
     }
 
+    /// Every connection open now goes silent for good — no byte moves either way, nothing is
+    /// closed — while new connections pass as the mode says: a middlebox that forgot its flows
+    /// (a NAT or conntrack table flushed, a load balancer replaced), leaving half-open streams
+    /// such as a watch that looks alive and never delivers again.
+    pub fn silence_open_connections(&self) {
+        self.silenced_below
+            .send_replace(self.accepted.load(Ordering::SeqCst));
+    }
+
     /// A copy of `base` (any kubeconfig) whose clusters all point at this proxy. It lives as
     /// long as the proxy.
     pub fn kubeconfig_via(&self, base: &Path) -> PathBuf {
@@ -144,22 +169,63 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    upstream: SocketAddr,
+/// What decides whether a connection's bytes may move: the mode, and whether the connection
+/// was silenced.
+#[derive(Clone)]
+struct Gates {
     mode: watch::Receiver<FaultMode>,
-) {
+    silenced_below: watch::Receiver<u64>,
+    accepted: Arc<AtomicU64>,
+}
+
+/// The gates of one connection.
+#[derive(Clone)]
+struct ConnGate {
+    mode: watch::Receiver<FaultMode>,
+    silenced_below: watch::Receiver<u64>,
+    id: u64,
+}
+
+impl ConnGate {
+    fn silenced(&self) -> bool {
+        self.id < *self.silenced_below.borrow()
+    }
+
+    /// Waits while the link is down; `Some(delay)` to forward, `None` on `Reset`. A silenced
+    /// connection waits for ever.
+    async fn open(&mut self) -> Option<Duration> {
+        if self.silenced() {
+            std::future::pending::<()>().await;
+        }
+        gate(&mut self.mode).await
+    }
+
+    /// Returns when the mode or the silencing changes.
+    async fn changed(&mut self) {
+        tokio::select! {
+            _ = self.mode.changed() => {}
+            _ = self.silenced_below.changed() => {}
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, gates: Gates) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             // EMFILE and the like: back off instead of spinning.
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        if *mode.borrow() == FaultMode::Reset {
+        if *gates.mode.borrow() == FaultMode::Reset {
             rst(&client);
             continue;
         }
-        tokio::spawn(serve(client, upstream, mode.clone()));
+        let conn = ConnGate {
+            mode: gates.mode.clone(),
+            silenced_below: gates.silenced_below.clone(),
+            id: gates.accepted.fetch_add(1, Ordering::SeqCst),
+        };
+        tokio::spawn(serve(client, upstream, conn));
     }
 }
 
@@ -168,9 +234,9 @@ fn rst(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
-async fn serve(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<FaultMode>) {
+async fn serve(mut client: TcpStream, upstream: SocketAddr, mut conn: ConnGate) {
     // A connection opened during a partition reaches the apiserver only once it heals.
-    if gate(&mut mode).await.is_none() {
+    if conn.open().await.is_none() {
         rst(&client);
         return;
     }
@@ -183,9 +249,9 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Rec
     let reset = {
         let (cr, cw) = client.split();
         let (sr, sw) = server.split();
-        let mut reset_watch = mode.clone();
+        let mut reset_watch = conn.mode.clone();
         tokio::select! {
-            _ = async { tokio::join!(pump(cr, sw, mode.clone()), pump(sr, cw, mode.clone())) } => false,
+            _ = async { tokio::join!(pump(cr, sw, conn.clone()), pump(sr, cw, conn.clone())) } => false,
             _ = reset_watch.wait_for(|m| *m == FaultMode::Reset) => true,
         }
     };
@@ -208,17 +274,17 @@ async fn gate(mode: &mut watch::Receiver<FaultMode>) -> Option<Duration> {
 /// Copies one direction. The reader stops reading during a partition (so TCP back-pressure
 /// holds the sender, as on a real dead link); the writer holds each chunk until its delay has
 /// passed and the link is up.
-async fn pump<R, W>(mut from: R, mut to: W, mode: watch::Receiver<FaultMode>)
+async fn pump<R, W>(mut from: R, mut to: W, conn: ConnGate)
 where
     R: AsyncReadExt + Unpin,
     W: AsyncWriteExt + Unpin,
 {
     let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(64);
-    let mut read_mode = mode.clone();
+    let mut read_mode = conn.clone();
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            let Some(delay) = gate(&mut read_mode).await else {
+            let Some(delay) = read_mode.open().await else {
                 return;
             };
             tokio::select! {
@@ -235,11 +301,11 @@ where
             }
         }
     };
-    let mut write_mode = mode;
+    let mut write_mode = conn;
     let writer = async move {
         while let Some((at, chunk)) = rx.recv().await {
             tokio::time::sleep_until(at).await;
-            if gate(&mut write_mode).await.is_none() || to.write_all(&chunk).await.is_err() {
+            if write_mode.open().await.is_none() || to.write_all(&chunk).await.is_err() {
                 return;
             }
         }

@@ -401,6 +401,8 @@ struct Harness<'a> {
     observer: Observer,
     tend_rng: Rng,
     edits: u32,
+    /// Where etcd snapshots are kept.
+    dir: PathBuf,
 }
 
 /// Runs a campaign and returns its report; panics only when the harness itself cannot run.
@@ -454,6 +456,7 @@ pub fn run(config: &Config) -> Report {
         observer,
         tend_rng: Rng::new(config.seed ^ 0x7e4d_5eed),
         edits: 0,
+        dir: dir.clone(),
     };
     for p in &mut h.pods {
         p.start();
@@ -555,6 +558,11 @@ impl Harness<'_> {
             self.tend();
             let settled = self.pods.iter().all(|p| p.settled(Duration::from_secs(1)));
             match self.observer.leaders().as_slice() {
+                // A leader child whose own elector or supervisor is not up (a killed elector's
+                // child runs on until its grant lapses) is no recovery: its stretch starts only
+                // once its pod is whole again. Otherwise the next fault could be injected
+                // while the real takeover is still to come, and its gap blamed on this one.
+                [one] if !self.pods[*one].settled(Duration::from_secs(1)) => stable = None,
                 [one] => match stable {
                     Some((pod, since, t)) if pod == *one => {
                         if settled && t.elapsed() >= STABLE {
@@ -663,6 +671,7 @@ impl Harness<'_> {
                     plan.hold.as_secs_f64()
                 ));
             }
+            (FaultKind::EtcdRestore, _) => self.restore_etcd(plan, &mut note),
             (
                 FaultKind::LeaseDelete
                 | FaultKind::LeaseSteal
@@ -686,6 +695,68 @@ impl Harness<'_> {
             recovered_after: None,
             note,
         }
+    }
+
+    /// Takes a cold copy of etcd's data dir, lets the pods run on (deposing the leader by a
+    /// partition if the plan says so), then stops kube-apiserver and etcd, puts the copy back
+    /// and starts both again: a restore without `--bump-revision`, resource versions go back.
+    fn restore_etcd(&mut self, plan: &Plan, note: &mut String) {
+        let sig = if plan.hard {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        };
+        let cluster = self.cluster;
+        let data = cluster.etcd_data_dir();
+        let snapshot = self.dir.join("etcd-snapshot");
+        self.tending(|| cluster.stop(ControlPlaneProcess::Etcd, sig, CONTROL_PLANE_GRACE));
+        copy_tree(&data, &snapshot);
+        self.restart(ControlPlaneProcess::Etcd);
+        let at_snapshot = self.lease_version();
+        if plan.depose {
+            // The short etcd stop may have cost the leader its grant: depose a settled one.
+            self.settle(Instant::now() + Duration::from_secs(30));
+            match self.leader() {
+                Some(i) => {
+                    self.pods[i].proxy.blackhole();
+                    self.hold(LEASE_DURATION + RETRY_PERIOD + Duration::from_secs(1));
+                    self.pods[i].proxy.pass();
+                    note.push_str(&format!("pod-{i} (leader at the snapshot) deposed; "));
+                }
+                None => note.push_str("no leader to depose; "),
+            }
+        }
+        self.hold(plan.hold);
+        let before = self.lease_version();
+        self.tending(|| {
+            cluster.stop(ControlPlaneProcess::KubeApiserver, sig, CONTROL_PLANE_GRACE);
+            cluster.stop(ControlPlaneProcess::Etcd, sig, CONTROL_PLANE_GRACE);
+        });
+        let _ = std::fs::remove_dir_all(&data);
+        copy_tree(&snapshot, &data);
+        let t0 = Instant::now();
+        if let Err(e) = self.tending(|| cluster.restart_all()) {
+            panic!("the control plane did not come back after the restore: {e}");
+        }
+        let after = self.lease_version();
+        note.push_str(&format!(
+            "{sig}, snapshot at Lease rv {at_snapshot}, restored from rv {before} to rv {after} \
+             after {:.1}s, ready {:.1}s after restarting",
+            plan.hold.as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        ));
+    }
+
+    /// The Lease's resourceVersion as an administrator reads it now ("?" if it cannot).
+    fn lease_version(&self) -> String {
+        let leases = self.leases.clone();
+        let name = self.lease_name.clone();
+        self.rt
+            .block_on(async move { leases.get_opt(&name).await })
+            .ok()
+            .flatten()
+            .and_then(|l| l.metadata.resource_version)
+            .unwrap_or_else(|| "?".into())
     }
 
     /// Starts a stopped control-plane process again and waits until the apiserver is ready.
@@ -757,6 +828,24 @@ impl Harness<'_> {
             Err(format!("conflicts on every try: {last}"))
         })
     }
+}
+
+/// Replaces `to` with a copy of the directory tree `from` (`cp -a`: modes and sparse files
+/// as they are).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(to);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(
+        status.success(),
+        "cp -a {} {}: {status}",
+        from.display(),
+        to.display()
+    );
 }
 
 fn missed(hit: bool, note: &mut String) {

@@ -82,6 +82,12 @@ pub enum FaultKind {
     ProxyDelay,
     ApiserverRestart,
     EtcdRestart,
+    /// etcd restored from an older snapshot without `--bump-revision`: a cold copy of its data
+    /// dir is taken (etcd stopped briefly), the pods run on for a while — in half the draws the
+    /// leader is deposed meanwhile by a partition, so that the snapshot names a pod that no
+    /// longer leads but still runs — then kube-apiserver and etcd are stopped, the copy is put
+    /// back and both start again. Resource versions go back in time.
+    EtcdRestore,
     LeaseDelete,
     /// The Lease rewritten by hand to name another holder.
     LeaseSteal,
@@ -101,7 +107,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// The default mix: every kind the design promises to survive.
-    pub const DEFAULT: [FaultKind; 17] = [
+    pub const DEFAULT: [FaultKind; 18] = [
         FaultKind::ElectorKill,
         FaultKind::ElectorTerm,
         FaultKind::ElectorStop,
@@ -115,6 +121,7 @@ impl FaultKind {
         FaultKind::ProxyDelay,
         FaultKind::ApiserverRestart,
         FaultKind::EtcdRestart,
+        FaultKind::EtcdRestore,
         FaultKind::LeaseDelete,
         FaultKind::LeaseSteal,
         FaultKind::LeaseTouch,
@@ -122,7 +129,7 @@ impl FaultKind {
     ];
 
     /// Every kind, the opt-in ones included.
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::ElectorKill,
         FaultKind::ElectorTerm,
         FaultKind::ElectorStop,
@@ -136,6 +143,7 @@ impl FaultKind {
         FaultKind::ProxyDelay,
         FaultKind::ApiserverRestart,
         FaultKind::EtcdRestart,
+        FaultKind::EtcdRestore,
         FaultKind::LeaseDelete,
         FaultKind::LeaseSteal,
         FaultKind::LeaseTouch,
@@ -159,6 +167,7 @@ impl FaultKind {
             FaultKind::ProxyDelay => "delay",
             FaultKind::ApiserverRestart => "apiserver-restart",
             FaultKind::EtcdRestart => "etcd-restart",
+            FaultKind::EtcdRestore => "etcd-restore",
             FaultKind::LeaseDelete => "lease-delete",
             FaultKind::LeaseSteal => "lease-steal",
             FaultKind::LeaseTouch => "lease-touch",
@@ -190,6 +199,7 @@ impl FaultKind {
             self,
             FaultKind::ApiserverRestart
                 | FaultKind::EtcdRestart
+                | FaultKind::EtcdRestore
                 | FaultKind::LeaseDelete
                 | FaultKind::LeaseSteal
                 | FaultKind::LeaseTouch
@@ -214,6 +224,10 @@ impl FaultKind {
     ///   restarted by the harness after at most the restart delay, a terminated one first
     ///   stops its child (within K).
     /// - A frozen child still counts as running; its leadership is not in question.
+    /// - An etcd restore: once the control plane is back, every elector re-reads the restored
+    ///   record within a retry period (its watch re-lists); the one that led before may keep
+    ///   its own record only after a lease duration, like everyone else (the restored record
+    ///   may be a past that a later leader overwrote): D + 2P.
     ///
     /// [`SLACK`] is added to every bound.
     pub fn bound(self) -> Duration {
@@ -229,6 +243,7 @@ impl FaultKind {
             FaultKind::SupervisorTerm => KILL_GRACE + RESTART_DELAY_MAX,
             FaultKind::ProxyBlackhole | FaultKind::ProxyReset | FaultKind::ProxyDelay => takeover,
             FaultKind::ApiserverRestart | FaultKind::EtcdRestart => takeover,
+            FaultKind::EtcdRestore => takeover + RETRY_PERIOD,
             FaultKind::LeaseDelete | FaultKind::LeaseSteal | FaultKind::LeaseTouch => takeover,
             // Followers take a released Lease at once.
             FaultKind::LeaseRelease => RETRY_PERIOD,
@@ -253,6 +268,7 @@ impl fmt::Display for FaultKind {
             FaultKind::ProxyDelay => "network delay",
             FaultKind::ApiserverRestart => "kube-apiserver restart",
             FaultKind::EtcdRestart => "etcd restart",
+            FaultKind::EtcdRestore => "etcd restored from an older snapshot",
             FaultKind::LeaseDelete => "Lease deleted by hand",
             FaultKind::LeaseSteal => "Lease stolen by hand",
             FaultKind::LeaseTouch => "Lease edited by hand",
@@ -282,6 +298,9 @@ pub struct Plan {
     pub delay: Duration,
     /// SIGKILL rather than SIGTERM for a control-plane process.
     pub hard: bool,
+    /// For an etcd restore: depose the leader (a partition longer than the lease duration)
+    /// between the snapshot and the restore.
+    pub depose: bool,
     /// Quiet time after recovery before the next fault.
     pub idle: Duration,
 }
@@ -334,15 +353,21 @@ impl Schedule {
             FaultKind::ProxyBlackhole | FaultKind::ProxyReset => rng.between(ms(500), ms(8000)),
             FaultKind::ProxyDelay => rng.between(ms(1000), ms(6000)),
             FaultKind::ApiserverRestart | FaultKind::EtcdRestart => rng.between(ms(0), ms(3000)),
+            FaultKind::EtcdRestore => rng.between(ms(2000), ms(8000)),
             _ => Duration::ZERO,
         };
+        let delay = rng.between(ms(20), ms(600));
+        let hard = rng.chance(0.5);
+        let idle = rng.between(ms(200), ms(1500));
+        let depose = kind == FaultKind::EtcdRestore && rng.chance(0.5);
         Plan {
             kind,
             target,
             hold,
-            delay: rng.between(ms(20), ms(600)),
-            hard: rng.chance(0.5),
-            idle: rng.between(ms(200), ms(1500)),
+            delay,
+            hard,
+            depose,
+            idle,
         }
     }
 }

@@ -1,14 +1,22 @@
 //! Handing the Lease over: on SIGTERM/SIGINT, and after failing closed. Demote, wait for the
 //! consumer's ack (toggle 2xx or ack file) or kill grace, then release.
+//!
+//! An ack ends the wait only if the demotion reached the flag file. While a leader grant may
+//! still be on disk (the follower object could not be written), an ack proves nothing about the
+//! next consumer: a supervisor restarted before that grant's expiry reads it and starts a
+//! leader. The release then waits for the grant's expiry + kill grace + margin, acks or not.
 
 use std::process::ExitCode;
+
+use std::future::Future;
 
 use futures_util::StreamExt;
 use signal_hook_tokio::Signals;
 
 use super::Elector;
-use crate::clock::BootInstant;
+use crate::clock::{self, BootInstant};
 use crate::elect::outputs::AckSource;
+use crate::election::candidate::Source;
 use crate::election::lease_api::LeaseApiError;
 use crate::election::record::{self, Observed};
 use crate::election::timing::MIN_MARGIN;
@@ -50,30 +58,45 @@ impl Elector {
         // while a late consumer's app was still running (fault campaign, handover-stall). The
         // margin is the one the takeover path reserves (R + K + margin < D).
         // If the demotion could not be written to the flag file, a consumer that reads only the
-        // file obeys the last leader grant there until it expires: count from that expiry.
-        let stop_from = self
-            .outputs
-            .leader_grant_on_disk()
-            .map_or(demoted_at, |expiry| expiry.max(demoted_at));
+        // file obeys the last leader grant there until it expires: count from that expiry, and
+        // let no ack cut the wait short (see the module docs).
+        let on_disk = self.outputs.leader_grant_on_disk();
+        let stop_from = on_disk.map_or(demoted_at, |expiry| expiry.max(demoted_at));
         let deadline = stop_from
             .saturating_add(self.candidate.timing().kill_grace)
             .saturating_add(MIN_MARGIN);
+        if on_disk.is_some() {
+            tracing::warn!(
+                wait = ?deadline.saturating_since(demoted_at),
+                "the demotion could not be written to the flag file; releasing only once the \
+                 leader grant still there has expired and the kill grace has passed, acks or not"
+            );
+        }
+        let wait = async {
+            match on_disk {
+                Some(_) => {
+                    clock::sleep_until(deadline).await;
+                    AckSource::KillGrace
+                }
+                None => self.outputs.wait_for_demotion_ack(order, deadline).await,
+            }
+        };
         let ack = match signals {
             Some(signals) => tokio::select! {
-                ack = self.outputs.wait_for_demotion_ack(order, deadline) => ack,
+                ack = beating(&self.status, wait) => ack,
                 _ = signals.next() => {
                     tracing::warn!("second signal: exiting at once without releasing the Lease");
                     return false;
                 }
             },
-            None => self.outputs.wait_for_demotion_ack(order, deadline).await,
+            None => beating(&self.status, wait).await,
         };
         let waited = BootInstant::now().saturating_since(demoted_at);
         match ack {
             AckSource::KillGrace => {
                 tracing::info!(
                     ?waited,
-                    "no ack from the consumer; kill grace and margin have passed"
+                    "no ack taken from the consumer; kill grace and margin have passed"
                 )
             }
             source => tracing::info!(?source, ?waited, "consumer acknowledged the demotion"),
@@ -91,12 +114,13 @@ impl Elector {
             let Some(current) = self.current.clone() else {
                 return;
             };
+            self.status
+                .update(|s| s.loop_heartbeat = BootInstant::now());
+            let sent_at = BootInstant::now();
             match self.api.replace(&record::released(&current)).await {
                 Ok(lease) => {
                     tracing::info!(lease = %self.api.reference(), "released the Lease");
-                    self.current = Some(lease.clone());
-                    self.candidate
-                        .observe(BootInstant::now(), Observed::from_lease(&lease));
+                    self.observe(BootInstant::now(), Some(lease), Source::Read { sent_at });
                     return;
                 }
                 Err(LeaseApiError::Conflict) => {
@@ -107,6 +131,23 @@ impl Elector {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Runs `wait` while keeping the loop's heartbeat: a handover is bounded work (at most the
+/// renew deadline, kill grace and margin), not a wedged loop, and `/healthz` must not fail
+/// because of it.
+async fn beating<T>(
+    status: &crate::elect::status::SharedStatus,
+    wait: impl Future<Output = T>,
+) -> T {
+    let mut wait = std::pin::pin!(wait);
+    loop {
+        status.update(|s| s.loop_heartbeat = BootInstant::now());
+        tokio::select! {
+            out = &mut wait => return out,
+            _ = clock::sleep(std::time::Duration::from_millis(500)) => {}
         }
     }
 }

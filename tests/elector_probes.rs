@@ -1,0 +1,228 @@
+//! The elector's probe port against a real kube-apiserver: it must survive whatever reaches it
+//! (issue 9, item 8) without taking the election down, and the injected sidecar must not gate
+//! the pod's readiness on the API (issue 9, item 7).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use passmower_elector::clock::BootInstant;
+use passmower_elector::grant::{self, Mode};
+
+use support::{wait_until, Cluster, ElectorProcess, GrantRecorder};
+
+const KILL_GRACE: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(10);
+/// The descriptor limit the elector runs with in the flood test.
+const NOFILE: u64 = 100;
+/// Half-sent requests held open against it.
+const HALF_OPEN: usize = 120;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// One GET with the kubelet's probe timeout (2s): the status code, or `None` when there was no
+/// complete answer in time.
+fn probe(port: u16, path: &str) -> Option<u16> {
+    let timeout = Duration::from_secs(2);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Lowers RLIMIT_NOFILE of the child to `NOFILE` (soft and hard) before it execs.
+fn low_fd_limit(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; nothing is allocated between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: NOFILE as libc::rlim_t,
+                rlim_max: NOFILE as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// 120 connections that each send half a request head and then nothing, against an elector
+/// limited to 100 descriptors. Before the fix the probe server accepted them all on the
+/// election loop's runtime until the process ran out of descriptors: `/healthz` timed out, the
+/// flag file could not be written (the leader failed closed) and `accept` failed every 100ms.
+/// Now it holds at most its connection cap, drops the oldest for a newcomer, and times out
+/// incomplete heads, on a thread of its own: the leader keeps renewing and `/healthz` answers
+/// within the kubelet's timeout throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_probe_connections_cannot_starve_the_election() {
+    let cluster = Cluster::shared();
+    let ns = cluster.new_namespace().await;
+    cluster.create_released_lease(&ns).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flag = dir.path().join("grant.json");
+    let mut recorder = GrantRecorder::start(KILL_GRACE, []);
+    recorder.watch("pod-a", flag.clone());
+    let port = free_port();
+    let probe_addr = format!("127.0.0.1:{port}");
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--lease-name",
+        &ns.lease_name,
+        "--flag-file",
+        &flag_arg,
+        "--probe-addr",
+        &probe_addr,
+    ];
+    args.extend_from_slice(&support::FAST_TIMINGS);
+    let elector =
+        ElectorProcess::elect_customized("pod-a", &ns, &ns.elector_kubeconfig, &args, low_fd_limit);
+    let leads = || {
+        grant::read_file(&flag)
+            .ok()
+            .flatten()
+            .is_some_and(|g| g.effective_mode(BootInstant::now()) == Mode::Leader)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), POLL, leads),
+        "no leader\n{}",
+        elector.logs()
+    );
+    assert_eq!(probe(port, "/healthz"), Some(200));
+
+    let mut held = Vec::new();
+    for _ in 0..HALF_OPEN {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: attacker\r\n")
+            .expect("half a request");
+        held.push(stream);
+    }
+    let expiry_before = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("grant")
+        .expiry();
+    let mut slowest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        // Keep the pressure on: a fresh half-open connection before every probe.
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET / HTTP/1.1\r\n");
+            held.push(s);
+        }
+        let t0 = Instant::now();
+        let code = probe(port, "/healthz");
+        slowest = slowest.max(t0.elapsed());
+        assert_eq!(
+            code,
+            Some(200),
+            "/healthz failed under {} half-open connections\n{}",
+            held.len(),
+            elector.logs()
+        );
+        assert!(leads(), "the leader lost its grant\n{}", elector.logs());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let expiry_after = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("grant")
+        .expiry();
+    assert!(
+        expiry_after.saturating_since(expiry_before) >= Duration::from_secs(4),
+        "renewals stalled: the grant's expiry moved {:?} in 5s",
+        expiry_after.saturating_since(expiry_before)
+    );
+    drop(held);
+    let logs = elector.logs();
+    for bad in ["stopped leading", "cannot write", "Too many open files"] {
+        assert!(!logs.contains(bad), "{bad:?} in the log:\n{logs}");
+    }
+    eprintln!(
+        "{HALF_OPEN}+ half-open connections against a {NOFILE}-descriptor elector: slowest \
+         /healthz {slowest:?}"
+    );
+    recorder.stop();
+    recorder.assert_no_overlap();
+}
+
+/// The injected native sidecar must not take the pod out of its Service when the API server
+/// is unreachable: no readiness probe on it (the app's own readiness decides), liveness on
+/// `/healthz` for a wedged loop.
+#[test]
+fn the_injected_sidecar_does_not_gate_pod_readiness_on_the_api() {
+    let input = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/inject/passmower.in.yaml"),
+    )
+    .expect("golden input");
+    for extra in [&[][..], &["--classic-sidecar"][..]] {
+        let mut args = vec!["inject", "--image=registry.example/passmower-elector:0.1.0"];
+        args.extend_from_slice(extra);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run inject");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write manifest");
+        let out = child.wait_with_output().expect("inject output");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let docs: Vec<serde_norway::Value> = serde_norway::Deserializer::from_slice(&out.stdout)
+            .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
+            .collect();
+        let sidecar = docs
+            .iter()
+            .filter_map(|d| d.get("spec")?.get("template")?.get("spec"))
+            .flat_map(|spec| {
+                ["initContainers", "containers"]
+                    .into_iter()
+                    .filter_map(|k| spec.get(k)?.as_sequence())
+                    .flatten()
+            })
+            .find(|c| {
+                c.get("args")
+                    .and_then(|a| a.as_sequence())
+                    .is_some_and(|a| a.first().and_then(|v| v.as_str()) == Some("elect"))
+            })
+            .unwrap_or_else(|| panic!("no elector container ({extra:?})"));
+        assert!(
+            sidecar.get("readinessProbe").is_none(),
+            "{extra:?}: the sidecar gates readiness: {:?}",
+            sidecar.get("readinessProbe")
+        );
+        let liveness = sidecar
+            .get("livenessProbe")
+            .and_then(|p| p.get("httpGet"))
+            .and_then(|g| g.get("path"))
+            .and_then(|p| p.as_str());
+        assert_eq!(liveness, Some("/healthz"), "{extra:?}");
+    }
+}
