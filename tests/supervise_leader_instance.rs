@@ -348,8 +348,9 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
             .any(|l| l.starts_with(&format!("{leader_pid} mode=leader"))),
         "{lines:?}"
     );
+    // The move goes to stderr, which reaches the log through a pipe: it may trail the record.
     assert!(
-        sv.log_contains("leader instance: listen on port"),
+        wait_until(LIMIT, || sv.log_contains("leader instance: listen on port")),
         "the move is logged"
     );
     // The fixed ports still answer from the serving instance.
@@ -374,5 +375,8 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
         "{:?}",
         sb.ack()
     );
-    assert!(sv.log_contains("EADDRINUSE"), "the collision is in the log");
+    assert!(
+        wait_until(LIMIT, || sv.log_contains("EADDRINUSE")),
+        "the collision is in the log"
+    );
 }
