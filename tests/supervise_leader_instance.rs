@@ -141,6 +141,59 @@ fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_insta
         .is_some_and(|a| a["mode"] == "follower")));
 }
 
+/// The supervisor is frozen across the grant's expiry + K: the leader instance's right to run
+/// ended at the expiry, so when the supervisor wakes its group is killed at once, not given a
+/// fresh kill grace.
+#[test]
+fn a_lapse_noticed_past_expiry_plus_kill_grace_kills_the_leader_instance_at_once() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    let app = sb.script(
+        "app.sh",
+        &format!(
+            "if [ \"$MODE\" = leader ]; then trap '' TERM; \
+             sh -c \"trap '' TERM; echo \\$\\$ > {dir}/helper; while :; do sleep 0.05; done\" & fi\n\
+             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
+             while :; do sleep 0.05; done"
+        ),
+    );
+    let sv = start(&sb, &app, &["--kill-grace", "2s"]);
+    let serving = wait_serving(&sv, &sb);
+    let g = leader(1, 1, Duration::from_millis(1500));
+    assert_eq!(sv.push(&g).0, 200);
+    let leader_pid = sv
+        .wait_started(&sb, "leader", LIMIT)
+        .expect("leader instance");
+    assert!(wait_until(LIMIT, || !sb.lines("helper").is_empty()));
+    let helper: i32 = sb.lines("helper")[0].trim().parse().expect("helper pid");
+    sv.signal(Signal::SIGSTOP);
+    let overdue = g
+        .expiry()
+        .saturating_add(Duration::from_millis(2300))
+        .as_nanos();
+    assert!(wait_until(LIMIT, || {
+        passmower_elector::clock::BootInstant::now().as_nanos() >= overdue
+    }));
+    assert!(
+        alive(leader_pid),
+        "the leader instance died without SIGKILL"
+    );
+    sv.signal(Signal::SIGCONT);
+    let resumed = Instant::now();
+    assert!(
+        wait_until(LIMIT, || !exists(leader_pid) && !exists(helper)),
+        "the leader instance's group was never killed"
+    );
+    let took = resumed.elapsed();
+    assert!(
+        took < Duration::from_millis(1000),
+        "leader instance killed {took:?} after the supervisor woke past expiry + K"
+    );
+    eprintln!("overdue leader instance killed {took:?} after the supervisor woke");
+    assert!(alive(serving), "the serving instance went with the lapse");
+    assert_eq!(serving_pid(&sv), Some(serving));
+}
+
 #[test]
 fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_one_keeps_serving() {
     let sb = Sandbox::new();
@@ -379,4 +432,192 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
         wait_until(LIMIT, || sv.log_contains("EADDRINUSE")),
         "the collision is in the log"
     );
+}
+
+/// A leader instance whose group outlives its main process for a while after SIGTERM: the
+/// main process exits at once, a helper in its group takes `linger` to follow.
+fn app_with_lingering_helper(sb: &Sandbox, linger: Duration) -> std::path::PathBuf {
+    let dir = sb.dir.path().display().to_string();
+    let linger = linger.as_secs_f64();
+    sb.script(
+        "app.sh",
+        &format!(
+            "if [ \"$MODE\" = leader ]; then \
+             sh -c \"trap 'sleep {linger}; exit 0' TERM; echo \\$\\$ >> {dir}/helper; \
+             while :; do sleep 0.05 & wait \\$!; done\" & fi\n\
+             trap 'exit 0' TERM\n\
+             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
+             while :; do sleep 0.05 & wait $!; done"
+        ),
+    )
+}
+
+/// The newest helper's PID, once the leader instance has started it.
+fn newest_helper(sb: &Sandbox, count: usize) -> i32 {
+    assert!(
+        wait_until(LIMIT, || sb.lines("helper").len() >= count),
+        "helper {count} started"
+    );
+    sb.lines("helper")[count - 1]
+        .trim()
+        .parse()
+        .expect("helper pid")
+}
+
+#[test]
+fn a_demotion_is_acked_only_once_the_leader_instances_whole_group_is_gone() {
+    let sb = Sandbox::new();
+    let linger = Duration::from_millis(600);
+    let sv = start(
+        &sb,
+        &app_with_lingering_helper(&sb, linger),
+        &["--kill-grace", "5s"],
+    );
+    let serving = wait_serving(&sv, &sb);
+
+    // By push: the 200 is the ack.
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let leader_pid = sv.wait_started(&sb, "leader", LIMIT).expect("leader");
+    let helper = newest_helper(&sb, 1);
+    let asked = Instant::now();
+    let (status, body) = sv.push(&follower(1, 2));
+    let took = asked.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !exists(leader_pid) && !exists(helper),
+        "demotion acked while the leader instance's group still had a process \
+         (leader {leader_pid} exists: {}, helper {helper} exists: {})",
+        exists(leader_pid),
+        exists(helper)
+    );
+    // The helper really held the ack back (else this test could not tell a group from a PID).
+    assert!(took >= linger / 2, "acked after {took:?}");
+    assert_eq!(sb.ack().expect("ack")["mode"], "follower");
+
+    // By the flag file: the ack file says follower only once the group is gone.
+    sb.write_grant(&leader(1, 3, Duration::from_secs(60)));
+    sv.wait_started(&sb, "leader", LIMIT).expect("leader again");
+    let helper = newest_helper(&sb, 2);
+    assert!(wait_until(LIMIT, || sb
+        .ack()
+        .is_some_and(|a| a["mode"] == "leader" && a["seq"] == 3)));
+    sb.write_grant(&follower(1, 4));
+    let mut early = None;
+    let acked = wait_until(LIMIT, || {
+        let demoted = sb
+            .ack()
+            .is_some_and(|a| a["mode"] == "follower" && a["seq"] == 4);
+        if demoted && exists(helper) {
+            early = Some(helper);
+        }
+        demoted
+    });
+    assert!(acked, "the demotion was never acked: {:?}", sb.ack());
+    assert_eq!(
+        early, None,
+        "the ack file said follower while the helper lived"
+    );
+    assert!(!exists(helper));
+    assert!(alive(serving), "the serving instance went with a demotion");
+    assert_eq!(serving_pid(&sv), Some(serving));
+}
+
+#[test]
+fn a_forged_or_unverified_grant_never_starts_a_leader_instance() {
+    let sb = Sandbox::new();
+    let sv = start(&sb, &sb.recording_app(Some(0)), &[]);
+    let serving = wait_serving(&sv, &sb);
+    for (what, forged) in forgeries() {
+        let (status, body) = sv.push_raw(&forged);
+        assert!(
+            status == 401 || status == 403,
+            "{what}: answered {status} {body}"
+        );
+        sb.write_raw_grant(&forged);
+    }
+    // Signed by the elector's key, but naming an incarnation the token does not.
+    let (status, body) = sv.push(&leader(2, 1, Duration::from_secs(60)));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        wait_until(LIMIT, || sv.log_contains("cannot be tied to the elector")),
+        "the flag file's forgeries were not refused"
+    );
+    // Long enough for a start the refusal failed to prevent to be recorded.
+    std::thread::sleep(Duration::from_millis(500));
+    let m = sv.mode();
+    assert!(m["child_pid"].is_null(), "a leader instance runs: {m}");
+    assert_eq!(m["mode"], "follower");
+    assert_eq!(
+        sb.starts(),
+        vec![(serving, "follower".to_owned())],
+        "only the serving instance ever started"
+    );
+    // The elector's own grant still works after them.
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    sv.wait_started(&sb, "leader", LIMIT)
+        .expect("leader instance");
+}
+
+#[test]
+fn the_serving_instance_never_has_the_leader_environment_or_arguments() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    // Records what matters of its environment: MODE, a leader-only key, the port map's table
+    // and NODE_OPTIONS (the preload), and its arguments.
+    let app = sb.script(
+        "app.sh",
+        &format!(
+            "echo \"$$ mode=$MODE extra=[$EXTRA] table=[$PASSMOWER_ELECTOR_PORT_MAP] \
+             node_options=[$NODE_OPTIONS] args=[$*]\" >> {dir}/starts\n\
+             trap 'exit 0' TERM\n\
+             while :; do sleep 0.05 & wait $!; done"
+        ),
+    );
+    let sv = start(
+        &sb,
+        &app,
+        &[
+            "--leader-port-map=*=0",
+            "--leader-env",
+            "EXTRA=leader-only",
+            "--follower-env",
+            "EXTRA=",
+            "--leader-args",
+            "--operators",
+            "--follower-args",
+            "--serve",
+        ],
+    );
+    let serving = wait_serving(&sv, &sb);
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let leader_pid = sv.wait_started(&sb, "leader", LIMIT).expect("leader");
+    // The serving instance crashes while the pod leads: its restart is a serving one too.
+    kill(Pid::from_raw(serving), Signal::SIGKILL).expect("kill serving instance");
+    assert!(
+        wait_until(LIMIT, || sb.lines("starts").len() == 3),
+        "{:?}",
+        sb.lines("starts")
+    );
+    let lines = sb.lines("starts");
+    for line in &lines {
+        let pid: i32 = line
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("pid");
+        if pid == leader_pid {
+            assert!(line.contains("mode=leader extra=[leader-only]"), "{line}");
+            assert!(line.contains("args=[--operators]"), "{line}");
+            assert!(!line.contains("table=[]"), "no port map table: {line}");
+            assert!(line.contains("--import=data:"), "no preload: {line}");
+        } else {
+            assert_eq!(
+                line,
+                &format!("{pid} mode=follower extra=[] table=[] node_options=[] args=[--serve]"),
+                "a serving instance with (part of) the leader's environment"
+            );
+        }
+    }
+    assert_eq!(sv.mode()["serving"]["restarts"], 1);
+    assert_eq!(sv.mode()["child_pid"].as_i64(), Some(i64::from(leader_pid)));
 }
