@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use support_node::audit::{self, now_us};
 use support_node::passmower::{self, Install, APP_CONTAINER};
-use support_node::single_writer::{assert_one_operator, assert_single_writer};
+use support_node::single_writer::{
+    app_processes, assert_one_operator, assert_single_writer, leader_instance_mode,
+};
 use support_node::{pods, report, Node};
 
 /// The tests change the one install (faults, restarts): one at a time. (tokio's Mutex: the
@@ -110,6 +112,12 @@ struct Round {
     /// Requests that failed, to the ready pods' addresses and to the Service address.
     pod_failures: usize,
     service_failures: usize,
+    /// Of `pod_failures`, those to pods that stay up: not being deleted at the time, and not
+    /// the pod the fault itself hit (whose app was killed or frozen).
+    stay_up_failures: usize,
+    /// Pods present before and after the fault (and not hit by it) whose serving Passmower
+    /// process was replaced: restarted to switch mode.
+    serving_restarts: usize,
     /// Fault → steady again (all replicas Ready, a leader renewing), checked after a settle
     /// of a lease duration and two retry periods.
     recovery_s: f64,
@@ -168,6 +176,58 @@ fn follow_endpoints(
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     })
+}
+
+/// When each pod IP's pod was deleted (µs since the epoch), as far as the API told: the
+/// deletion timestamp minus the grace period, i.e. the delete request to the second, rounded
+/// down, so a failure counts as one to a terminating pod from up to a second before.
+type Deletions = std::sync::Arc<Mutex<BTreeMap<String, i64>>>;
+
+/// Keeps `deletions` up to date for the install's pods, every 300 ms while the API answers.
+fn follow_deletions(
+    client: kube::Client,
+    install: Install,
+    deletions: Deletions,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for p in install.pods(&client).await {
+                let (Some(ip), Some(ts)) = (pods::pod_ip(&p), p.metadata.deletion_timestamp) else {
+                    continue;
+                };
+                let grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0);
+                let at = ts.0.as_microsecond() - grace * 1_000_000;
+                if let Ok(mut d) = deletions.lock() {
+                    d.entry(ip).or_insert(at);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// Per pod, the PIDs of the Passmower processes that serve HTTP: with a leader instance, those
+/// with the idle selector; in restart mode, the one process there is.
+async fn serving_pids(
+    node: &Node,
+    install: &Install,
+    client: &kube::Client,
+) -> BTreeMap<String, Vec<i32>> {
+    let real = Some(install.namespace.clone());
+    let separate = leader_instance_mode(install);
+    let mut out = BTreeMap::new();
+    for p in install.pods(client).await {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let pids = app_processes(node, &p)
+            .into_iter()
+            .filter(|(_, s)| !separate || *s != real)
+            .map(|(pid, _)| pid)
+            .collect();
+        out.insert(p.metadata.name.clone().unwrap_or_default(), pids);
+    }
+    out
 }
 
 /// Injects `fault` into the current leader; returns (fault instant in µs, leader pod IP).
@@ -321,12 +381,19 @@ async fn faults_keep_one_writer_and_reconcile() {
         install.namespace.clone(),
         pod_loop.targets.clone(),
     );
+    let deletions: Deletions = Default::default();
+    let deletion_follower = follow_deletions(client.clone(), install.clone(), deletions.clone());
 
     let mut results: BTreeMap<Fault, Vec<Round>> = BTreeMap::new();
     for round in 1..=rounds {
         for fault in faults() {
             install.wait_steady(node, Duration::from_secs(300)).await;
             let name = format!("{}-{round}", fault.name());
+            let serving_before = serving_pids(node, &install, &node.admin_client().await).await;
+            let leader_before = install
+                .leader_pod(&node.admin_client().await)
+                .await
+                .and_then(|p| p.metadata.name);
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
             let client = node.admin_client().await;
@@ -366,6 +433,27 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .unwrap_or_else(|| panic!("{name}: no operator write in the audit log"));
             let p = pod_loop.snapshot();
             let s = service_loop.snapshot();
+            // The pod the fault hit directly: its own failures are the fault, not a handover.
+            let hit = matches!(fault, Fault::AppCrash | Fault::PodFreeze);
+            let deleted = deletions.lock().map(|d| d.clone()).unwrap_or_default();
+            let stay_up_failures = p
+                .failures
+                .iter()
+                .filter(|(t, _, _)| (t_begin..=t_steady).contains(t))
+                .filter(|(t, addr, _)| {
+                    let ip = addr.rsplit_once(':').map_or(addr.as_str(), |(ip, _)| ip);
+                    let terminating = deleted.get(ip).is_some_and(|at| at <= t);
+                    let hit_pod = hit && ip == old_ip;
+                    !(terminating || hit_pod)
+                })
+                .count();
+            let serving_after = serving_pids(node, &install, &node.admin_client().await).await;
+            let serving_restarts = serving_before
+                .iter()
+                .filter(|(pod, _)| !(hit && leader_before.as_ref() == Some(*pod)))
+                .filter_map(|(pod, before)| Some((before, serving_after.get(pod)?)))
+                .filter(|(before, after)| before.iter().any(|pid| !after.contains(pid)))
+                .count();
             let r = Round {
                 gap_ms: (first.received_us - t_fault) as f64 / 1000.0,
                 moved: leader_after != old_ip,
@@ -373,16 +461,20 @@ async fn faults_keep_one_writer_and_reconcile() {
                 // leader's) to steady again.
                 pod_failures: p.failed_between(t_begin, t_steady),
                 service_failures: s.failed_between(t_begin, t_steady),
+                stay_up_failures,
+                serving_restarts,
                 recovery_s: (t_steady - t_fault) as f64 / 1e6,
             };
             report(&format!(
-                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} service {}",
+                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} (on pods that stay up {}) service {}; serving Passmower restarted on {} pod(s) that stayed up",
                 fault.name(),
                 r.gap_ms,
                 if r.moved { "leader moved" } else { "same leader" },
                 r.recovery_s,
                 r.pod_failures,
-                r.service_failures
+                r.stay_up_failures,
+                r.service_failures,
+                r.serving_restarts
             ));
             results.entry(fault).or_default().push(r);
             if fault == Fault::PodFreeze {
@@ -393,6 +485,7 @@ async fn faults_keep_one_writer_and_reconcile() {
         }
     }
     follower.abort();
+    deletion_follower.abort();
     let pods_stats = pod_loop.finish();
     let service_stats = service_loop.finish();
 
@@ -400,26 +493,29 @@ async fn faults_keep_one_writer_and_reconcile() {
         "faults over {rounds} round(s); gap = fault → first reconcile of an OIDCClient created during it (ms, min/median/max)"
     ));
     report(&format!(
-        "{:<18} {:>20} {:>14} {:>22} {:>24}",
+        "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24}",
         "fault",
         "gap min/med/max ms",
         "leader moved",
-        "failed HTTP pods/svc",
+        "failed HTTP pods(up)/svc",
+        "serving restarts",
         "recovery min/med/max s"
     ));
     for (fault, rs) in &results {
         let mut gaps: Vec<f64> = rs.iter().map(|r| r.gap_ms).collect();
         let mut rec: Vec<f64> = rs.iter().map(|r| r.recovery_s).collect();
         report(&format!(
-            "{:<18} {:>20} {:>14} {:>22} {:>24}",
+            "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24}",
             fault.name(),
             summary(&mut gaps),
             format!("{}/{}", rs.iter().filter(|r| r.moved).count(), rs.len()),
             format!(
-                "{}/{}",
+                "{}({})/{}",
                 rs.iter().map(|r| r.pod_failures).sum::<usize>(),
+                rs.iter().map(|r| r.stay_up_failures).sum::<usize>(),
                 rs.iter().map(|r| r.service_failures).sum::<usize>()
             ),
+            rs.iter().map(|r| r.serving_restarts).sum::<usize>(),
             summary(&mut rec).replace(".0", ""),
         ));
     }

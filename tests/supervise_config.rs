@@ -241,6 +241,45 @@ fn a_reread_interval_the_margin_does_not_cover_is_refused() {
     assert_config_error(&sb, &out, &["--reread-interval", "500ms"]);
 }
 
+/// A second, leader-only instance makes no sense beside "run nothing as follower", and a port
+/// map moves only that instance's ports.
+#[test]
+fn leader_instance_combinations_that_cannot_work_are_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let base = ["--flag-file", f.as_str(), "--listen", "127.0.0.1:0"];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        run(&sb, &args, true)
+    };
+    let out = with(&["--on-change=leader-instance", "--on-follower=stop"]);
+    assert_config_error(&sb, &out, &["--on-follower", "leader-instance"]);
+    for policy in ["restart", "signal:SIGUSR2"] {
+        let out = with(&[&format!("--on-change={policy}"), "--leader-port-map=*=0"]);
+        assert_config_error(
+            &sb,
+            &out,
+            &["--leader-port-map", "--on-change=leader-instance"],
+        );
+    }
+    let out = with(&[
+        "--on-change=leader-instance",
+        "--leader-port-map=9090=0",
+        "--leader-port-map=9090=1",
+    ]);
+    assert_config_error(&sb, &out, &["--leader-port-map", "mapped twice"]);
+    for bad in ["9090", "0=1", "*=70000", "x=0"] {
+        let out = with(&[
+            "--on-change=leader-instance",
+            &format!("--leader-port-map={bad}"),
+        ]);
+        assert_config_error(&sb, &out, &["--leader-port-map", "FROM=TO"]);
+    }
+    let out = with(&["--on-change=separate"]);
+    assert_config_error(&sb, &out, &["--on-change", "leader-instance"]);
+}
+
 #[test]
 fn flags_can_come_from_elector_environment_variables() {
     let sb = Sandbox::new();

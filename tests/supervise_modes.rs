@@ -52,7 +52,7 @@ fn a_valid_leader_grant_at_start_starts_the_leader() {
     let sb = Sandbox::new();
     sb.write_grant(&leader(1, 1, Duration::from_secs(30)));
     let sv = start_recording(&sb, &[]);
-    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    let pid = sv.wait_started(&sb, "leader", LIMIT).expect("leader child");
     assert_eq!(sb.starts(), vec![(pid, "leader".to_owned())]);
 }
 
@@ -87,7 +87,7 @@ fn the_flag_file_switches_the_app_between_leader_and_follower_environments() {
 
     sb.write_grant(&follower(1, 2));
     let f2 = sv
-        .wait_mode("follower", LIMIT)
+        .wait_started(&sb, "follower", LIMIT)
         .expect("demoted by the flag file");
     assert!(!alive(l1));
     let lines = sb.lines("starts");
@@ -574,31 +574,6 @@ fn a_leftover_stopped_ack_file_is_replaced_before_the_app_starts() {
         !seen[0].contains("stopped"),
         "the app ran while the old supervisor's ack said stopped: {seen:?}"
     );
-}
-
-/// The forgery of issue 9: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
-/// it made the pod leader for ever and every real object after it looked stale.
-fn forgeries() -> Vec<(&'static str, passmower_elector::grant::Grant)> {
-    use passmower_elector::clock::BootInstant;
-    use passmower_elector::grant::auth::Key;
-    let now = BootInstant::now().as_nanos();
-    let mut forged = leader(now, u64::MAX, Duration::from_secs(60));
-    forged.expires_boottime_ns = u64::MAX;
-    forged.renew_deadline_ns = u64::MAX;
-    forged.kill_grace_ns = 1;
-    let unsigned = forged.clone();
-    // "Plausible": a well-formed MAC, under a key the forger made up.
-    let mut plausible = forged.clone();
-    Key::generate().expect("key").sign_grant(&mut plausible);
-    // The running elector's incarnation, a mac copied from nowhere.
-    let mut same_incarnation = leader(1, u64::MAX, Duration::from_secs(60));
-    same_incarnation.expires_boottime_ns = u64::MAX;
-    same_incarnation.mac = Some("ab".repeat(32));
-    vec![
-        ("unsigned", unsigned),
-        ("signed with another key", plausible),
-        ("the elector's incarnation, a made-up mac", same_incarnation),
-    ]
 }
 
 #[test]

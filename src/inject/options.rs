@@ -26,6 +26,18 @@ pub enum OnError {
     Manifest,
 }
 
+/// How the wrapped app goes between follower and leader (`supervise --on-change`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AppOnChange {
+    /// The app keeps serving with the follower environment; while leader a second, operator-only
+    /// instance runs beside it with its Node listeners moved to loopback
+    /// (`--on-change=leader-instance --leader-port-map=*=0`). No handover takes HTTP down.
+    LeaderInstance,
+    /// The app is restarted with the other environment on every change (HTTP is down while it
+    /// boots); for apps of which two instances cannot run in one pod.
+    Restart,
+}
+
 /// `inject --help`: what it does and the command lines for each tool.
 pub const LONG_ABOUT: &str =
     "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
@@ -64,6 +76,12 @@ pub struct SidecarArgs {
     /// `args` are appended. Default for container `passmower`: `node --no-warnings src/app.js`.
     #[arg(long, env = "ELECTOR_APP_COMMAND", value_name = "COMMAND")]
     pub app_command: Option<String>,
+    /// How the app goes between follower and leader: `leader-instance` (it keeps serving; a
+    /// second, operator-only instance runs beside it while leader, its Node.js listeners moved
+    /// to loopback) or `restart` (restarted on every change, HTTP down while it boots). Default:
+    /// `leader-instance` for container `passmower`, else `restart`.
+    #[arg(long, env = "ELECTOR_ON_CHANGE", value_enum)]
+    pub on_change: Option<AppOnChange>,
     /// Run the elector as a plain container instead of a native sidecar (initContainer with
     /// restartPolicy: Always), for clusters older than Kubernetes 1.29.
     #[arg(long, env = "ELECTOR_CLASSIC_SIDECAR")]
@@ -178,6 +196,8 @@ pub struct InjectOptions {
     pub image: String,
     /// The app command when set explicitly (replaces the container's `command`).
     pub app_command: Option<Vec<String>>,
+    /// How the app goes between modes; `None`: `LeaderInstance` for Passmower, else `Restart`.
+    pub on_change: Option<AppOnChange>,
     /// Elector as a plain container rather than a native sidecar.
     pub classic_sidecar: bool,
     /// Kinds of workload to target.
@@ -219,12 +239,25 @@ pub struct InjectOptions {
 }
 
 impl InjectOptions {
+    /// The mode change in force: the explicit one, else `LeaderInstance` for Passmower's
+    /// container (whose HTTP side runs fine beside a second instance) and `Restart` for any
+    /// other app, which may not.
+    pub fn app_on_change(&self) -> AppOnChange {
+        self.on_change
+            .unwrap_or(if self.container == DEFAULT_CONTAINER {
+                AppOnChange::LeaderInstance
+            } else {
+                AppOnChange::Restart
+            })
+    }
+
     /// The CLI defaults with `image` as the sidecar image.
     pub fn new(image: impl Into<String>) -> Self {
         InjectOptions {
             container: DEFAULT_CONTAINER.into(),
             image: image.into(),
             app_command: None,
+            on_change: None,
             classic_sidecar: false,
             kinds: vec![WorkloadKind::Deployment],
             lease_name: None,
@@ -261,6 +294,7 @@ impl SidecarArgs {
             container: self.container.clone(),
             image: self.image.clone().unwrap_or_default(),
             app_command,
+            on_change: self.on_change,
             classic_sidecar: self.classic_sidecar,
             lease_name: self.lease_name.clone(),
             lease_duration: self.lease_duration,

@@ -40,6 +40,11 @@ const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
 const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
 /// Time beyond the kill grace for the elector to write the demotion and release the Lease.
 const RELEASE_ALLOWANCE_SECONDS: u64 = 5;
+/// The app container's `preStop` sleep: a pod marked for deletion leaves its Service's ready
+/// endpoints at once, but kube-proxy (and any other load balancer) routes to it until it has
+/// caught up; measured on the one-node cluster, a rollout lost requests through the Service
+/// to pods whose app had already stopped. Five seconds covers kube-proxy's sync with room.
+pub const DRAIN_SECONDS: u64 = 5;
 /// The UID/GID of the sidecar image's user (distroless "nonroot").
 pub(crate) const SIDECAR_UID: i64 = 65532;
 
@@ -325,6 +330,16 @@ pub fn rewrite_pod_spec(
         }
     }
 
+    let explicit = opts.sidecar_security_context.as_ref();
+    warnings.extend(super::identity::unmatched_non_root_warning(
+        pod,
+        &opts.container,
+        explicit,
+        &site.workload,
+    ));
+    let mut supervise_flags = super::identity::supervise_flags(pod, explicit, identity);
+    supervise_flags.extend(on_change_flags(opts));
+
     // The main container: supervise becomes its entrypoint.
     let containers = pod
         .get_mut("containers")
@@ -335,7 +350,8 @@ pub fn rewrite_pod_spec(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
-    wrap_main_container(main, site, opts, warnings)?;
+    wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
+    let drain = add_drain(main, opts);
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -362,9 +378,38 @@ pub fn rewrite_pod_spec(
             .as_u64()
             .ok_or_else(|| site.error("terminationGracePeriodSeconds is not a whole number"))?,
     };
-    let grace = existing + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    let grace = existing + drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
     pod.insert("terminationGracePeriodSeconds".into(), grace.into());
     Ok(())
+}
+
+/// Gives the app container a `preStop` sleep of [`DRAIN_SECONDS`], so its SIGTERM (and the app's
+/// stop) comes once the Service has stopped routing to the pod; returns the seconds added. The
+/// leader keeps leading through the drain under every rule of the grant, so nothing of the
+/// handover changes but its start. Left out when the container has a `preStop` of its own, and
+/// with `--classic-sidecar`: the sleep action needs Kubernetes 1.30.
+fn add_drain(main: &mut Mapping, opts: &InjectOptions) -> u64 {
+    if opts.classic_sidecar {
+        return 0;
+    }
+    let lifecycle = main
+        .entry("lifecycle".into())
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if matches!(lifecycle, Value::Null) {
+        *lifecycle = Value::Mapping(Mapping::new());
+    }
+    let Some(lifecycle) = lifecycle.as_mapping_mut() else {
+        return 0;
+    };
+    if lifecycle.get("preStop").is_some_and(|v| !v.is_null()) {
+        return 0;
+    }
+    let mut sleep = Mapping::new();
+    sleep.insert("seconds".into(), DRAIN_SECONDS.into());
+    let mut pre_stop = Mapping::new();
+    pre_stop.insert("sleep".into(), Value::Mapping(sleep));
+    lifecycle.insert("preStop".into(), Value::Mapping(pre_stop));
+    DRAIN_SECONDS
 }
 
 /// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
@@ -373,6 +418,7 @@ fn wrap_main_container(
     main: &mut Mapping,
     site: &PodSite,
     opts: &InjectOptions,
+    extra_flags: &[String],
     warnings: &mut Vec<String>,
 ) -> Result<(), InjectError> {
     let words = |key: &str| -> Result<Option<Vec<String>>, InjectError> {
@@ -424,8 +470,9 @@ fn wrap_main_container(
         format!("--kill-grace={}", duration_flag(opts.kill_grace)),
         format!("--leader-env={SELECTOR_VAR}={leader_selector}"),
         format!("--follower-env={SELECTOR_VAR}={}", opts.idle_namespace),
-        "--".to_owned(),
     ];
+    supervise.extend(extra_flags.iter().cloned());
+    supervise.push("--".to_owned());
     supervise.extend(program);
     supervise.extend(args);
 
@@ -455,6 +502,20 @@ fn wrap_main_container(
             .map_err(|()| site.error("container volumeMounts is not a list"))?;
     }
     Ok(())
+}
+
+/// `supervise`'s mode-change flags. Passmower (by default) keeps one instance serving and runs
+/// its operators in a second one while leader; every listener of that one goes to a free
+/// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
+/// port it opens.
+fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
+    match opts.app_on_change() {
+        super::AppOnChange::LeaderInstance => vec![
+            "--on-change=leader-instance".to_owned(),
+            "--leader-port-map=*=0".to_owned(),
+        ],
+        super::AppOnChange::Restart => Vec::new(),
+    }
 }
 
 /// Works out the leader's NAMESPACE_SELECTOR and removes the variable from the container's
@@ -792,6 +853,39 @@ spec:
             .collect()
     }
 
+    /// Passmower keeps serving through a handover: its supervisor runs a separate leader
+    /// instance with every listener moved; another app keeps restart mode unless asked.
+    #[test]
+    fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
+        let on_change = |value: &Value| -> Vec<String> {
+            main_args(value)
+                .into_iter()
+                .take_while(|a| a != "--")
+                .filter(|a| a.starts_with("--on-change") || a.starts_with("--leader-port-map"))
+                .collect()
+        };
+        let separate = ["--on-change=leader-instance", "--leader-port-map=*=0"];
+        assert_eq!(on_change(&rewritten(DEPLOYMENT, &opts()).0), separate);
+        let restart = InjectOptions {
+            on_change: Some(crate::inject::AppOnChange::Restart),
+            ..opts()
+        };
+        assert!(on_change(&rewritten(DEPLOYMENT, &restart).0).is_empty());
+
+        let other = DEPLOYMENT.replace("name: passmower", "name: web");
+        let web = InjectOptions {
+            container: "web".into(),
+            app_command: Some(vec!["node".into(), "server.js".into()]),
+            ..opts()
+        };
+        assert!(on_change(&rewritten(&other, &web).0).is_empty());
+        let web_separate = InjectOptions {
+            on_change: Some(crate::inject::AppOnChange::LeaderInstance),
+            ..web
+        };
+        assert_eq!(on_change(&rewritten(&other, &web_separate).0), separate);
+    }
+
     #[test]
     fn durations_round_trip_through_the_flag_form() {
         for d in [
@@ -878,7 +972,7 @@ spec:
     }
 
     #[test]
-    fn grace_period_covers_kill_grace_and_release() {
+    fn grace_period_covers_drain_kill_grace_and_release() {
         let text = DEPLOYMENT.replace(
             "      containers:",
             "      terminationGracePeriodSeconds: 60\n      containers:",
@@ -889,7 +983,58 @@ spec:
             &["spec", "template", "spec", "terminationGracePeriodSeconds"],
         )
         .and_then(Value::as_u64);
-        assert_eq!(grace, Some(60 + 3 + RELEASE_ALLOWANCE_SECONDS));
+        assert_eq!(
+            grace,
+            Some(60 + DRAIN_SECONDS + 3 + RELEASE_ALLOWANCE_SECONDS)
+        );
+    }
+
+    #[test]
+    fn the_app_drains_before_its_stop_unless_it_has_its_own_pre_stop_or_a_classic_sidecar() {
+        let pre_stop = |value: &Value| {
+            at(value, &["spec", "template", "spec", "containers"]).unwrap()[0]["lifecycle"]
+                ["preStop"]
+                .clone()
+        };
+        let grace = |value: &Value| {
+            at(
+                value,
+                &["spec", "template", "spec", "terminationGracePeriodSeconds"],
+            )
+            .and_then(Value::as_u64)
+        };
+        let (value, _) = rewritten(DEPLOYMENT, &opts());
+        assert_eq!(
+            pre_stop(&value)["sleep"]["seconds"].as_u64(),
+            Some(DRAIN_SECONDS)
+        );
+        assert_eq!(
+            grace(&value),
+            Some(30 + DRAIN_SECONDS + 3 + RELEASE_ALLOWANCE_SECONDS)
+        );
+
+        let own = format!(
+            "{DEPLOYMENT}        lifecycle:\n          preStop:\n            exec: {{command: [drain]}}\n"
+        );
+        let (value, _) = rewritten(&own, &opts());
+        assert!(
+            pre_stop(&value)["sleep"].is_null(),
+            "{:?}",
+            pre_stop(&value)
+        );
+        assert_eq!(
+            pre_stop(&value)["exec"]["command"][0].as_str(),
+            Some("drain")
+        );
+        assert_eq!(grace(&value), Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS));
+
+        let classic = InjectOptions {
+            classic_sidecar: true,
+            ..opts()
+        };
+        let (value, _) = rewritten(DEPLOYMENT, &classic);
+        assert!(pre_stop(&value).is_null(), "{:?}", pre_stop(&value));
+        assert_eq!(grace(&value), Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS));
     }
 
     #[test]

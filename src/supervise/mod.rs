@@ -33,10 +33,20 @@
 //!   elector announces.
 //! - Every key of `--leader-env` must be given a follower value too, or the follower would run
 //!   with whatever the container sets for it (see [`check_mode_pairs`]).
+//! - With `--on-change=leader-instance` two process groups run: the serving instance (follower
+//!   environment, from start to shutdown, restarted only when it exits on its own) and, while
+//!   leader, the leader instance, which is the grant-following child above with everything said
+//!   of it (acked when started, demoted by killing its group, capped at expiry + K, its exits
+//!   counted as failed leader starts). Signals go to both; at shutdown the supervisor exits once
+//!   both groups are gone, with the serving instance's status. `--leader-port-map` moves a Node
+//!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
 
 mod child;
 mod follow;
 pub mod mode;
+mod port_map;
+mod serving;
+mod stop;
 mod supervisor;
 mod toggle;
 mod trust;
@@ -65,8 +75,14 @@ the last object obeyed, 401 that its mac does not verify under the elector's tok
 names another incarnation than the token, 400 that it is not a grant object or not one an \
 elector can mean (such objects in the flag file are never obeyed, and demote until the elector \
 writes again). GET /mode reports the current state as JSON.\n\n\
-Example (retrofit Passmower): supervise --leader-env NAMESPACE_SELECTOR=passmower \
---follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/index.js")]
+Leader instance: with --on-change=leader-instance the app runs with the follower environment \
+the whole time (it serves, and no grant change restarts it); while leader a second instance of \
+the same command runs beside it with --leader-env / --leader-args, started on promotion (acked \
+then) and stopped on demotion or expiry (acked once its group is gone). --leader-port-map moves \
+a Node leader instance's listening ports to loopback so both fit in one pod.\n\n\
+Example (retrofit Passmower): supervise --on-change=leader-instance --leader-port-map='*=0' \
+--leader-env NAMESPACE_SELECTOR=passmower \
+--follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/app.js")]
 pub struct SuperviseArgs {
     /// Flag file written by the elector on the shared volume; watched with inotify and re-read
     /// periodically. Missing or malformed means follower. The ack is kept in `<flag-file>.ack`.
@@ -136,15 +152,28 @@ pub struct SuperviseArgs {
     #[arg(long, env = "ELECTOR_ON_FOLLOWER", value_enum, default_value = "run")]
     pub on_follower: OnFollower,
 
-    /// How the app learns of a mode change: `restart` it with the new environment, or
-    /// `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps that toggle live. With a signal the app
-    /// keeps the environment it was started with; it must read its mode elsewhere (the flag
-    /// file, GET /mode), and it must stop operator work within --kill-grace of a demotion
-    /// signal: the demotion is acked (and the Lease released) once that grace has passed. A
-    /// crashed app is restarted with the current mode's environment.
-    #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|signal:SIGNAME",
+    /// How the app learns of a mode change: `restart` it with the new environment;
+    /// `leader-instance`: keep it running with the follower environment (serving, never
+    /// restarted because of the grant) and, while leader, run a second instance of the same
+    /// command with the leader environment beside it (move its listening ports with
+    /// --leader-port-map or --leader-env); or `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps
+    /// that toggle live. With a signal the app keeps the environment it was started with; it
+    /// must read its mode elsewhere (the flag file, GET /mode), and it must stop operator work
+    /// within --kill-grace of a demotion signal: the demotion is acked (and the Lease released)
+    /// once that grace has passed. A crashed app is restarted with the current mode's
+    /// environment.
+    #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|leader-instance|signal:SIGNAME",
         default_value = "restart", value_parser = mode::parse_on_change)]
     pub on_change: OnChange,
+
+    /// With --on-change=leader-instance, for a Node.js app (Node 18.18 / 20.6 or later): a TCP
+    /// listen() of the leader instance on port FROM goes to port TO on 127.0.0.1 instead (0:
+    /// any free port); FROM `*` matches every port. Repeatable; in ELECTOR_LEADER_PORT_MAP,
+    /// separate entries with newlines. Done by a preload module added to the leader instance's
+    /// NODE_OPTIONS, so the image stays as it is. Passmower: `*=0` (its 9090 is fixed).
+    #[arg(long, env = "ELECTOR_LEADER_PORT_MAP", value_name = "FROM=TO",
+        value_parser = port_map::parse_entry, value_delimiter = '\n')]
+    pub leader_port_map: Vec<(Option<u16>, u16)>,
 
     /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
     #[arg(long, env = "ELECTOR_RESTART_BACKOFF_INITIAL", value_name = "DURATION",
@@ -298,6 +327,13 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             ),
         ));
     }
+    let leader_env = leader_instance_env(&args)?;
+    let on_follower = match args.on_change {
+        // The serving instance is what runs as follower; the grant-following child (the leader
+        // instance) runs only while leader.
+        OnChange::LeaderInstance => OnFollower::Stop,
+        _ => args.on_follower,
+    };
     if args.restart_backoff_max < args.restart_backoff_initial {
         return Err(ConfigError::new(
             "--restart-backoff-max",
@@ -322,12 +358,12 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     Ok(Prepared {
         settings: Settings {
             command: args.command,
-            leader_env: args.leader_env,
+            leader_env,
             follower_env: args.follower_env,
             leader_args: args.leader_args,
             follower_args: args.follower_args,
             kill_grace: args.kill_grace,
-            on_follower: args.on_follower,
+            on_follower,
             on_change: args.on_change,
             ack_file: grant::ack_path(&args.flag_file),
             ack_retry: args.reread_interval,
@@ -343,6 +379,52 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
         elector_uid: args.elector_uid,
         listener,
     })
+}
+
+/// The leader's environment, with `--leader-port-map`'s preload for the leader instance; refuses
+/// combinations that cannot work: the leader instance with `--on-follower=stop` (it would serve
+/// nothing while follower and serve twice while leader), and a port map without it.
+fn leader_instance_env(args: &SuperviseArgs) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut env = args.leader_env.clone();
+    let separate = args.on_change == OnChange::LeaderInstance;
+    if separate && args.on_follower == OnFollower::Stop {
+        return Err(ConfigError::new(
+            "--on-follower",
+            "stop",
+            "cannot be combined with --on-change=leader-instance, whose follower instance runs \
+             (and serves) the whole time; for an app that must run only while leader use \
+             --on-change=restart --on-follower=stop",
+        ));
+    }
+    let map = port_map::PortMap::new(args.leader_port_map.clone()).map_err(|e| {
+        ConfigError::new(
+            "--leader-port-map",
+            port_map::show(&args.leader_port_map),
+            e,
+        )
+    })?;
+    if map.is_empty() {
+        return Ok(env);
+    }
+    if !separate {
+        return Err(ConfigError::new(
+            "--leader-port-map",
+            port_map::show(&args.leader_port_map),
+            format!(
+                "only moves the ports of a second, leader-only instance; it needs \
+                 --on-change=leader-instance (not {})",
+                args.on_change
+            ),
+        ));
+    }
+    // The leader instance's NODE_OPTIONS: its own leader value, else the container's.
+    let inherited = match env.iter().rposition(|(k, _)| k == "NODE_OPTIONS") {
+        Some(i) => Some(env.remove(i).1),
+        None => std::env::var("NODE_OPTIONS").ok(),
+    };
+    env.retain(|(k, _)| k != "NODE_OPTIONS" && k != port_map::TABLE_VAR);
+    env.extend(map.env(inherited.as_deref()));
+    Ok(env)
 }
 
 /// The flag file may not exist yet, but its directory must: that is where inotify watches and

@@ -129,7 +129,7 @@ pub const SIGNAL_LEAD: Duration = Duration::from_millis(250);
 /// signal, so lapsing grants are demoted early enough (see [`SIGNAL_LEAD`]).
 pub fn judged_at(now: BootInstant, on_change: OnChange) -> BootInstant {
     match on_change {
-        OnChange::Restart => now,
+        OnChange::Restart | OnChange::LeaderInstance => now,
         OnChange::Signal(_) => now.saturating_add(SIGNAL_LEAD),
     }
 }
@@ -186,13 +186,31 @@ pub enum OnChange {
     Restart,
     /// Send this signal to the child, which toggles by itself; its environment stays as started.
     Signal(Signal),
+    /// Keep one instance with the follower environment running (and serving) the whole time,
+    /// and run a second, leader-only instance beside it while leader. The leader instance is
+    /// the grant-following child, run as with `Restart` and `--on-follower=stop`; the serving
+    /// instance is never restarted because of the grant (see `serving.rs`).
+    LeaderInstance,
 }
 
-/// Parses `--on-change`: `restart` or `signal:SIGNAME` (`signal:SIGUSR2`, `signal:USR2`).
+impl std::fmt::Display for OnChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OnChange::Restart => f.write_str("restart"),
+            OnChange::Signal(sig) => write!(f, "signal:{sig}"),
+            OnChange::LeaderInstance => f.write_str("leader-instance"),
+        }
+    }
+}
+
+/// Parses `--on-change`: `restart`, `leader-instance` or `signal:SIGNAME` (`signal:SIGUSR2`,
+/// `signal:USR2`).
 pub fn parse_on_change(s: &str) -> Result<OnChange, String> {
-    const ALLOWED: &str = "allowed: restart, signal:SIGNAME (e.g. signal:SIGUSR2)";
-    if s == "restart" {
-        return Ok(OnChange::Restart);
+    const ALLOWED: &str = "allowed: restart, leader-instance, signal:SIGNAME (e.g. signal:SIGUSR2)";
+    match s {
+        "restart" => return Ok(OnChange::Restart),
+        "leader-instance" => return Ok(OnChange::LeaderInstance),
+        _ => {}
     }
     let name = s
         .strip_prefix("signal:")
@@ -240,7 +258,7 @@ pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -
         (Some(_), None) => Step::Stop,
         (Some(a), Some(b)) if a == b => Step::Keep,
         (Some(_), Some(b)) => match on_change {
-            OnChange::Restart => Step::Stop,
+            OnChange::Restart | OnChange::LeaderInstance => Step::Stop,
             OnChange::Signal(sig) => Step::Signal(sig, b),
         },
     }
@@ -493,6 +511,13 @@ mod tests {
     #[test]
     fn on_change_policies_parse() {
         assert_eq!(parse_on_change("restart"), Ok(OnChange::Restart));
+        assert_eq!(
+            parse_on_change("leader-instance"),
+            Ok(OnChange::LeaderInstance)
+        );
+        for policy in ["restart", "leader-instance", "signal:SIGUSR2"] {
+            assert_eq!(parse_on_change(policy).unwrap().to_string(), policy);
+        }
         assert_eq!(
             parse_on_change("signal:SIGUSR2"),
             Ok(OnChange::Signal(Signal::SIGUSR2))

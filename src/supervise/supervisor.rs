@@ -18,6 +18,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::child::{self, Exit};
 use super::follow::Observation;
 use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
+use super::serving::Serving;
+use super::stop::GroupStop;
 use super::toggle::{Push, Reply, Status};
 use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
@@ -64,7 +66,7 @@ enum ChildState {
     Idle,
     Running(Running),
     /// The old process group is being stopped; nothing new starts until it is gone.
-    Stopping(Stopping),
+    Stopping(GroupStop),
 }
 
 #[derive(Debug)]
@@ -75,21 +77,6 @@ struct Running {
     /// With `--on-change=signal:`, after a demotion signal: the app has until then (the kill
     /// grace after the signal) to stop operator work, so the demotion is not acked before.
     demoting_until: Option<BootInstant>,
-}
-
-#[derive(Debug)]
-struct Stopping {
-    /// The group (= the main child's PID).
-    pgid: Pid,
-    /// Whether the main child is still unreaped.
-    main_alive: bool,
-    /// Whether SIGTERM has gone to the whole group.
-    group_termed: bool,
-    /// When SIGKILL goes to the whole group.
-    kill_at: BootInstant,
-    killed: bool,
-    /// How the main child ended, once reaped.
-    exit: Option<Exit>,
 }
 
 /// An answer owed to a push; given once the loop has settled.
@@ -136,6 +123,8 @@ pub struct Supervisor {
     trust: Trust,
     /// Refused objects are logged at most once a second, so a flood cannot flood the log.
     refusals: LogThrottle,
+    /// With `--on-change=leader-instance`: the instance that serves whatever the grant says.
+    serving: Option<Serving>,
     status: watch::Sender<Status>,
 }
 
@@ -143,7 +132,10 @@ impl Supervisor {
     /// A supervisor that has obeyed nothing yet. Before [`Supervisor::adopt`] gives it the flag
     /// file's reading, [`Supervisor::write_startup_ack`] must replace a previous supervisor's ack.
     pub fn new(settings: Settings, trust: Trust, status: watch::Sender<Status>) -> Self {
+        let serving = (settings.on_change == OnChange::LeaderInstance)
+            .then(|| Serving::new(settings.backoff.clone()));
         Supervisor {
+            serving,
             settings,
             obeyed: None,
             demoted_locally: false,
@@ -232,8 +224,12 @@ impl Supervisor {
                 None => "no valid flag file".to_owned(),
             }
         );
+        if let Some(serving) = &mut self.serving {
+            serving.start(&self.settings, now);
+        }
         self.reconcile();
         loop {
+            self.serving_follows_shutdown();
             if let Some(code) = self.finished() {
                 return code;
             }
@@ -245,6 +241,10 @@ impl Supervisor {
             };
             let stopping = matches!(self.child, ChildState::Stopping(_));
             let demoted_at = self.demoting_until();
+            let serving_at = self
+                .serving
+                .as_ref()
+                .and_then(|s| s.wake_at(BootInstant::now()));
             tokio::select! {
                 // The dead man's switch first: nothing that floods the other branches (pushes
                 // to the toggle, flag-file churn) may delay a demotion.
@@ -265,6 +265,11 @@ impl Supervisor {
                     }
                 }
                 _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
+                _ = sleep_until(serving_at) => {
+                    if let Some(serving) = &mut self.serving {
+                        serving.tick(&self.settings, BootInstant::now());
+                    }
+                }
             }
         }
     }
@@ -340,28 +345,65 @@ impl Supervisor {
         if let Some(pid) = self.main_pid() {
             child::signal(pid, signal);
         }
+        if let Some(pid) = self.serving.as_ref().and_then(Serving::main_pid) {
+            child::signal(pid, signal);
+        }
         if matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
             && self.shutdown.is_none()
         {
             tracing::info!(signal = %signal, "shutting down: signal forwarded to the child");
             self.shutdown = Some(Shutdown::default());
+            let grace = self.kill_grace();
+            if let Some(serving) = &mut self.serving {
+                serving.shutdown(true, BootInstant::now(), grace);
+            }
             match std::mem::replace(&mut self.child, ChildState::Idle) {
                 ChildState::Running(r) => {
-                    // The signal went to the child alone, as an app expects; the rest of its
-                    // group gets SIGTERM once it exits, and everything SIGKILL after the grace.
-                    self.child = ChildState::Stopping(Stopping {
-                        pgid: r.pid,
-                        main_alive: true,
-                        group_termed: false,
-                        kill_at: self.kill_deadline(r.mode, BootInstant::now()),
-                        killed: false,
-                        exit: None,
-                    });
+                    let kill_at = self.kill_deadline(r.mode, BootInstant::now());
+                    self.child = ChildState::Stopping(GroupStop::signalled(r.pid, kill_at));
                 }
                 other => self.child = other,
             }
             self.crash_hold = None;
             self.reconcile();
+        }
+    }
+
+    /// Hands `pid`'s exit to the serving instance if it is its main process; true if it was.
+    /// An exit on its own ends the supervisor with `--exit-with-child`, as the leader's does.
+    fn serving_exited(&mut self, pid: Pid, exit: Exit) -> bool {
+        let grace = self.kill_grace();
+        let Some(serving) = &mut self.serving else {
+            return false;
+        };
+        match serving.on_exit(pid, exit, BootInstant::now(), grace) {
+            None => false,
+            Some(own) => {
+                if let (Some(exit), true, None) =
+                    (own, self.settings.exit_with_child, &self.shutdown)
+                {
+                    tracing::info!(pid = pid.as_raw(), %exit, "serving instance exited; exiting with it");
+                    self.shutdown = Some(Shutdown {
+                        exit_code: Some(exit.code()),
+                    });
+                    self.crash_hold = None;
+                    self.reconcile();
+                }
+                true
+            }
+        }
+    }
+
+    /// Once the supervisor is shutting down for any reason (a signal, or `--exit-with-child`
+    /// after the leader instance exited), the serving instance goes too.
+    fn serving_follows_shutdown(&mut self) {
+        if self.shutdown.is_none() {
+            return;
+        }
+        let grace = self.kill_grace();
+        if let Some(serving) = &mut self.serving {
+            serving.shutdown(false, BootInstant::now(), grace);
+            serving.tick(&self.settings, BootInstant::now());
         }
     }
 
@@ -375,6 +417,9 @@ impl Supervisor {
 
     fn reap(&mut self) {
         for (pid, exit) in child::reap_all() {
+            if self.serving_exited(pid, exit) {
+                continue;
+            }
             if Some(pid) == self.main_pid() {
                 self.on_main_exit(exit);
             } else {
@@ -391,8 +436,7 @@ impl Supervisor {
         match &mut self.child {
             ChildState::Stopping(s) => {
                 tracing::info!(pid = s.pgid.as_raw(), %exit, "child stopped");
-                s.main_alive = false;
-                s.exit = Some(exit);
+                s.main_exited(exit);
             }
             ChildState::Running(r) => {
                 let ran = now.saturating_since(r.started);
@@ -417,14 +461,11 @@ impl Supervisor {
                 }
                 // Whatever it left behind in its group goes before anything new starts; a
                 // leader's leftovers no later than the kill grace after its grant's expiry.
-                self.child = ChildState::Stopping(Stopping {
-                    pgid: pid,
-                    main_alive: false,
-                    group_termed: false,
-                    kill_at: self.kill_deadline(mode, now),
-                    killed: false,
-                    exit: Some(exit),
-                });
+                self.child = ChildState::Stopping(GroupStop::exited(
+                    pid,
+                    exit,
+                    self.kill_deadline(mode, now),
+                ));
             }
             ChildState::Idle => {}
         }
@@ -446,48 +487,19 @@ impl Supervisor {
         let now = BootInstant::now();
         let kill_at = self.kill_deadline(r.mode, now);
         tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
-        child::signal_group(r.pid, Signal::SIGTERM);
-        let killed = now >= kill_at;
-        if killed {
-            tracing::error!(
-                pgid = r.pid.as_raw(),
-                "leader grant expired more than the kill grace ago; sending SIGKILL at once"
-            );
-            child::signal_group(r.pid, Signal::SIGKILL);
-        }
-        self.child = ChildState::Stopping(Stopping {
-            pgid: r.pid,
-            main_alive: true,
-            group_termed: true,
-            kill_at,
-            killed,
-            exit: None,
-        });
+        self.child = ChildState::Stopping(GroupStop::begin(r.pid, kill_at, now));
     }
 
     fn progress_stop(&mut self) {
         let ChildState::Stopping(s) = &mut self.child else {
             return;
         };
-        let now = BootInstant::now();
-        if !s.main_alive && !s.group_termed {
-            s.group_termed = true;
-            child::signal_group(s.pgid, Signal::SIGTERM);
-        }
-        if !s.killed && now >= s.kill_at {
-            s.killed = true;
-            tracing::warn!(
-                pgid = s.pgid.as_raw(),
-                "process group still alive after the kill grace; sending SIGKILL"
-            );
-            child::signal_group(s.pgid, Signal::SIGKILL);
-        }
-        // The group exists while any member, zombies included, is unreaped.
-        if s.main_alive || child::group_exists(s.pgid) {
+        if !s.progress(BootInstant::now()) {
             return;
         }
         tracing::debug!(pgid = s.pgid.as_raw(), "process group gone");
-        if let (Some(sd), Some(exit)) = (&mut self.shutdown, s.exit) {
+        // Beside a serving instance, the supervisor exits with that one's status: it is the app.
+        if let (Some(sd), Some(exit), None) = (&mut self.shutdown, s.exit, &self.serving) {
             sd.exit_code.get_or_insert(exit.code());
         }
         self.child = ChildState::Idle;
@@ -772,10 +784,17 @@ impl Supervisor {
     /// The exit code once shutdown has finished: the child and its whole group are gone.
     fn finished(&mut self) -> Option<u8> {
         let sd = self.shutdown.as_ref()?;
-        if !matches!(self.child, ChildState::Idle) {
+        if !matches!(self.child, ChildState::Idle)
+            || self.serving.as_ref().is_some_and(|s| !s.gone())
+        {
             return None;
         }
-        let code = sd.exit_code.unwrap_or(0);
+        let serving_code = self
+            .serving
+            .as_ref()
+            .and_then(Serving::last_exit)
+            .map(Exit::code);
+        let code = sd.exit_code.or(serving_code).unwrap_or(0);
         self.settle(BootInstant::now());
         self.publish();
         tracing::info!(
@@ -802,6 +821,8 @@ impl Supervisor {
             holder: obeyed.map(|g| g.holder.clone()).unwrap_or_default(),
             child_pid,
             restarts: self.restarts,
+            on_change: self.settings.on_change.to_string(),
+            serving: self.serving.as_ref().map(Serving::status),
             transitioning: matches!(self.child, ChildState::Stopping(_))
                 || self.demoting_until().is_some(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),

@@ -68,6 +68,12 @@ pub struct Status {
     pub kill_grace_ns: u64,
     /// Leader children in a row that exited on their own before `--restart-backoff-reset`.
     pub leader_start_failures: u64,
+    /// `--on-change` as configured: `restart`, `signal:SIG` or `leader-instance`.
+    pub on_change: String,
+    /// With `--on-change=leader-instance`, the instance that serves whatever the grant says
+    /// (the `child_*` fields then describe the leader instance, absent while follower).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving: Option<super::serving::ServingStatus>,
 }
 
 /// Largest grant object accepted; real ones are a few hundred bytes.

@@ -161,9 +161,15 @@ impl Pod {
         let script = self.child_script.to_string_lossy().into_owned();
         let (k, backoff) = (human(KILL_GRACE), human(CHILD_BACKOFF_MAX));
         let bin = env!("CARGO_BIN_EXE_passmower-elector");
+        // PME_CAMPAIGN_ON_CHANGE=leader-instance runs the campaign against a separate leader
+        // instance beside an always-running follower one; the oracle counts leader children.
+        let on_change = std::env::var("PME_CAMPAIGN_ON_CHANGE")
+            .map(|v| format!("--on-change={v}"))
+            .unwrap_or_else(|_| "--on-change=restart".to_owned());
         let args = [
             bin,
             "supervise",
+            &on_change,
             "--flag-file",
             &flag,
             "--listen",

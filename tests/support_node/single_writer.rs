@@ -11,11 +11,16 @@ use super::audit::{self, now_us};
 use super::passmower::{self, secret_name, Install, APP_CONTAINER};
 use super::{pods, report, Node};
 
-/// `NAMESPACE_SELECTOR` of the running Passmower process (`node ... src/app.js`) in `pod`.
-pub fn app_selector(node: &Node, pod: &Pod) -> Option<String> {
-    let id = pods::container_id(pod, APP_CONTAINER)?;
+/// The running Passmower processes (`node ... src/app.js`, not their `supervise` parent) in
+/// `pod`, each with its `NAMESPACE_SELECTOR`. With `--on-change=leader-instance` (inject's
+/// default for Passmower) the leader's pod runs two: the serving instance with the idle
+/// selector and the leader instance with the real one; every other pod runs one.
+pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
+    let Some(id) = pods::container_id(pod, APP_CONTAINER) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
     for pid in node.container_pids(&id) {
-        // Passmower itself, not `supervise ... -- node ... src/app.js` (its parent).
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         if argv
@@ -27,13 +32,20 @@ pub fn app_selector(node: &Node, pod: &Pod) -> Option<String> {
             continue;
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        return environ
+        let selector = environ
             .split(|b| *b == 0)
             .filter_map(|kv| std::str::from_utf8(kv).ok())
             .find_map(|kv| kv.strip_prefix("NAMESPACE_SELECTOR="))
             .map(str::to_owned);
+        found.push((pid, selector));
     }
-    None
+    found
+}
+
+/// Whether the install runs Passmower with a separate leader instance (inject's default; the
+/// webhook shares inject's rewrite, so a webhook install's pods say so in their spec).
+pub fn leader_instance_mode(install: &Install) -> bool {
+    install.manifest.contains("--on-change=leader-instance")
 }
 
 /// Asserts the whole audit log so far: no two pods' leadership overlaps, and every operator
@@ -64,21 +76,29 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
     let client = node.admin_client().await;
     let leader = install.leader_pod(&client).await.expect("a leader pod");
     let leader_name = leader.metadata.name.clone().unwrap_or_default();
-    let mut selectors = BTreeMap::new();
+    let real = Some(install.namespace.clone());
+    let mut selectors: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    let mut specs = String::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     let ok = loop {
         selectors.clear();
+        specs.clear();
         for p in install.pods(&client).await {
+            specs.push_str(&serde_json::to_string(&p.spec).unwrap_or_default());
             selectors.insert(
                 p.metadata.name.clone().unwrap_or_default(),
-                app_selector(node, &p),
+                app_processes(node, &p)
+                    .into_iter()
+                    .map(|(_, s)| s)
+                    .collect(),
             );
         }
-        let leaders = selectors
-            .values()
-            .filter(|s| s.as_deref() == Some(install.namespace.as_str()))
-            .count();
-        if leaders == 1 && selectors.values().all(Option::is_some) {
+        let leaders = selectors.values().flatten().filter(|s| **s == real).count();
+        if leaders == 1
+            && selectors
+                .values()
+                .all(|v| !v.is_empty() && v.iter().all(Option::is_some))
+        {
             break true;
         }
         if Instant::now() > deadline {
@@ -91,11 +111,25 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
         "want exactly one Passmower process with NAMESPACE_SELECTOR={}: {selectors:?}",
         install.namespace
     );
-    assert_eq!(
-        selectors.get(&leader_name).cloned().flatten().as_deref(),
-        Some(install.namespace.as_str()),
+    assert!(
+        selectors
+            .get(&leader_name)
+            .is_some_and(|v| v.contains(&real)),
         "the real selector is not in the Lease holder's pod {leader_name}: {selectors:?}"
     );
+    // The pods' own spec tells the mode: a post-renderer install's manifest says it too, a
+    // webhook install's manifest never does (the webhook rewrites the pods, not the chart).
+    if leader_instance_mode(install) || specs.contains("--on-change=leader-instance") {
+        // Every pod serves with the idle selector, the leader's pod included: its operators run
+        // in a second instance beside the serving one.
+        for (pod, found) in &selectors {
+            assert_eq!(
+                found.iter().filter(|s| **s != real).count(),
+                1,
+                "pod {pod} does not run exactly one serving instance: {found:?}"
+            );
+        }
+    }
     report(&format!("selectors: {selectors:?} (leader {leader_name})"));
 
     // An OIDCClient created through the API is reconciled, by the leader pod only.

@@ -191,6 +191,31 @@ pub fn follower(incarnation: u64, seq: u64) -> Grant {
     Grant::follower("pod-b", 8, Order { incarnation, seq }, "ns/passmower")
 }
 
+/// The forgery of issue 9: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
+/// it made the pod leader for ever and every real object after it looked stale.
+pub fn forgeries() -> Vec<(&'static str, passmower_elector::grant::Grant)> {
+    use passmower_elector::clock::BootInstant;
+    use passmower_elector::grant::auth::Key;
+    let now = BootInstant::now().as_nanos();
+    let mut forged = leader(now, u64::MAX, Duration::from_secs(60));
+    forged.expires_boottime_ns = u64::MAX;
+    forged.renew_deadline_ns = u64::MAX;
+    forged.kill_grace_ns = 1;
+    let unsigned = forged.clone();
+    // "Plausible": a well-formed MAC, under a key the forger made up.
+    let mut plausible = forged.clone();
+    Key::generate().expect("key").sign_grant(&mut plausible);
+    // The running elector's incarnation, a mac copied from nowhere.
+    let mut same_incarnation = leader(1, u64::MAX, Duration::from_secs(60));
+    same_incarnation.expires_boottime_ns = u64::MAX;
+    same_incarnation.mac = Some("ab".repeat(32));
+    vec![
+        ("unsigned", unsigned),
+        ("signed with another key", plausible),
+        ("the elector's incarnation, a made-up mac", same_incarnation),
+    ]
+}
+
 /// Whether `pid` names a live (non-zombie) process. Test processes are ours, so PID reuse within
 /// a test's lifetime is not a concern worth more than this.
 pub fn alive(pid: i32) -> bool {

@@ -1,0 +1,185 @@
+//! `--leader-port-map`: moving a Node.js leader instance's listening ports out of the serving
+//! instance's way, without a changed image.
+//!
+//! Why a preload module in `NODE_OPTIONS`, and not something else (see also the README):
+//! - Passmower's metrics/health server listens on 9090, fixed in its code; only its HTTP port
+//!   (`PORT`) is configurable. Two instances in one pod share one network namespace, so the
+//!   second one must bind elsewhere, and the only seam an unmodified image offers is the Node
+//!   runtime itself: `NODE_OPTIONS` is read by every `node` process, and `--import` (Node ≥
+//!   18.18 / 20.6) runs a module before the app's. The module patches
+//!   `net.Server.prototype.listen`, through which every Node TCP server binds.
+//! - It travels as a `data:` URL, so there is no file to place, protect or keep in step with
+//!   this binary: nothing another container or UID could swap under the app, and nothing that
+//!   needs a writable directory in a container with a read-only root file system.
+//! - `LD_PRELOAD` of a `bind(2)` shim would be language-neutral, but it needs a shared object
+//!   compiled for the image's libc (this binary is static), it would have to be written to disk
+//!   where the app can load it, and it misses statically linked or io_uring binds.
+//! - A network namespace per instance needs CAP_SYS_ADMIN (the restricted profile drops every
+//!   capability) and cuts the operator instance off from the API server and Redis unless it is
+//!   given its own interface, which needs CAP_NET_ADMIN and a CNI the pod does not have.
+//! - Draining the pod out of its Service before a restart (failing readiness first) still loses
+//!   requests sent to the pod directly, depends on how fast every endpoint consumer notices, and
+//!   makes every handover slower by the drain.
+//!
+//! The moved listeners bind on 127.0.0.1 only: nothing outside the pod reaches the leader
+//! instance, and its HTTP side is never sent a request.
+
+use base64_encode::encode;
+
+/// The preload module, run by the leader instance before the app (see the module doc).
+pub const PRELOAD: &str = include_str!("port_map/preload.mjs");
+
+/// The variable carrying the table to the preload module (`FROM=TO,...`).
+pub const TABLE_VAR: &str = "PASSMOWER_ELECTOR_PORT_MAP";
+
+/// Which listening port goes where in the leader instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortMap {
+    entries: Vec<(Option<u16>, u16)>,
+}
+
+/// One `--leader-port-map` value: `FROM=TO`, FROM a port or `*` (every port), TO a port
+/// (`0`: any free one). The moved listener binds on 127.0.0.1.
+pub fn parse_entry(s: &str) -> Result<(Option<u16>, u16), String> {
+    const ALLOWED: &str = "expected FROM=TO with FROM a TCP port or * (every port) and TO a \
+                           port, 0 for any free one; e.g. 9090=0 or *=0";
+    let (from, to) = s
+        .split_once('=')
+        .ok_or_else(|| format!("no '='; {ALLOWED}"))?;
+    let port = |p: &str| p.trim().parse::<u16>().ok();
+    let from = match from.trim() {
+        "*" => None,
+        p => Some(
+            port(p)
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("FROM {p:?} is not a port from 1 to 65535; {ALLOWED}"))?,
+        ),
+    };
+    let to = port(to).ok_or_else(|| format!("TO {to:?} is not a port (0-65535); {ALLOWED}"))?;
+    Ok((from, to))
+}
+
+/// Entries as `FROM=TO,FROM=TO`: the preload's table, and how messages show the flag.
+pub fn show(entries: &[(Option<u16>, u16)]) -> String {
+    entries
+        .iter()
+        .map(|(from, to)| match from {
+            Some(p) => format!("{p}={to}"),
+            None => format!("*={to}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl PortMap {
+    /// Builds the table from the parsed flags; a FROM given twice is refused (which would win
+    /// is not obvious).
+    pub fn new(entries: Vec<(Option<u16>, u16)>) -> Result<PortMap, String> {
+        for (i, (from, _)) in entries.iter().enumerate() {
+            if entries[..i].iter().any(|(f, _)| f == from) {
+                let shown = from.map_or_else(|| "*".to_owned(), |p| p.to_string());
+                return Err(format!("{shown} is mapped twice; give each FROM once"));
+            }
+        }
+        Ok(PortMap { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The table as the preload module reads it.
+    pub fn table(&self) -> String {
+        show(&self.entries)
+    }
+
+    /// The environment overrides that load the preload module into the leader instance:
+    /// `NODE_OPTIONS` (the one the instance would get otherwise, `inherited`, with the import
+    /// appended) and the table.
+    pub fn env(&self, inherited: Option<&str>) -> [(String, String); 2] {
+        let import = format!("--import=data:text/javascript;base64,{}", encode(PRELOAD));
+        let node_options = match inherited.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(existing) => format!("{existing} {import}"),
+            None => import,
+        };
+        [
+            ("NODE_OPTIONS".to_owned(), node_options),
+            (TABLE_VAR.to_owned(), self.table()),
+        ]
+    }
+}
+
+/// Standard base64 (RFC 4648, with padding): the preload's `data:` URL must hold no space,
+/// which `NODE_OPTIONS` splits on. Twenty lines beat a dependency.
+mod base64_encode {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(input: &str) -> String {
+        let bytes = input.as_bytes();
+        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                chunk.get(1).copied().unwrap_or(0),
+                chunk.get(2).copied().unwrap_or(0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+                if i <= chunk.len() {
+                    out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_4648_vectors() {
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(encode(plain), coded, "{plain:?}");
+        }
+    }
+
+    #[test]
+    fn entries_parse_and_bad_ones_name_the_allowed_form() {
+        assert_eq!(parse_entry("9090=0"), Ok((Some(9090), 0)));
+        assert_eq!(parse_entry("*=0"), Ok((None, 0)));
+        assert_eq!(parse_entry("3000=13000"), Ok((Some(3000), 13000)));
+        for bad in ["9090", "0=1", "x=0", "9090=-1", "9090=70000", "=0", "*="] {
+            let e = parse_entry(bad).unwrap_err();
+            assert!(e.contains("FROM=TO"), "{bad}: {e}");
+        }
+        let twice = PortMap::new(vec![(Some(9090), 0), (None, 0), (Some(9090), 1)]);
+        assert!(twice.unwrap_err().contains("9090 is mapped twice"));
+        assert!(PortMap::new(vec![(None, 0), (None, 1)]).is_err());
+    }
+
+    #[test]
+    fn the_env_appends_the_import_to_node_options_and_carries_the_table() {
+        let map = PortMap::new(vec![(Some(9090), 0), (None, 0)]).unwrap();
+        let [(k, fresh), (t, table)] = map.env(None);
+        assert_eq!(k, "NODE_OPTIONS");
+        assert!(fresh.starts_with("--import=data:text/javascript;base64,"));
+        assert!(!fresh.contains(' '), "NODE_OPTIONS splits on spaces");
+        assert_eq!((t.as_str(), table.as_str()), (TABLE_VAR, "9090=0,*=0"));
+        let [(_, kept), _] = map.env(Some("--max-old-space-size=256 "));
+        assert_eq!(kept, format!("--max-old-space-size=256 {fresh}"));
+        let [(_, blank), _] = map.env(Some("  "));
+        assert_eq!(blank, fresh);
+    }
+}
