@@ -34,6 +34,11 @@ pub struct ElectArgs {
     /// processes with the same name can never both believe they hold the Lease.
     #[arg(long, env = "ELECTOR_IDENTITY")]
     pub identity: Option<String>,
+    /// This pod's UID (downward API `metadata.uid`) [default: $POD_UID]. When known, the holder
+    /// identity is `<identity>_<pod-uid>_<suffix>`, which the write fence (an admission policy)
+    /// matches against the pod a request's ServiceAccount token is bound to.
+    #[arg(long, env = "ELECTOR_POD_UID")]
+    pub pod_uid: Option<String>,
     /// D: how long a held Lease must stay unchanged before another pod may take it.
     #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
     pub lease_duration: Duration,
@@ -83,6 +88,9 @@ pub struct ElectConfig {
     pub namespace: String,
     /// Base identity (usually the pod name); the holder identity adds a per-process suffix.
     pub identity: String,
+    /// The pod's UID, when known: it goes into the holder identity between the base identity
+    /// and the suffix.
+    pub pod_uid: Option<String>,
     pub timing: Timing,
     pub flag_file: PathBuf,
     pub toggle_url: Option<Uri>,
@@ -127,6 +135,32 @@ impl ElectArgs {
                     )
                 })?,
         };
+        let pod_uid = match self.pod_uid.filter(|u| !u.is_empty()) {
+            Some(uid) => Some(uid),
+            None => std::env::var("POD_UID").ok().filter(|u| !u.is_empty()),
+        };
+        if let Some(uid) = &pod_uid {
+            if !is_pod_uid(uid) {
+                return Err(ConfigError::new(
+                    "--pod-uid",
+                    uid,
+                    "must be a pod UID as the downward API gives it (metadata.uid: 36 characters, \
+                     hexadecimal digits in groups of 8-4-4-4-12 joined by '-')",
+                ));
+            }
+            // The holder identity is parsed as `<pod-name>_<pod-uid>_<suffix>` (the write
+            // fence, adoption by a restarted elector): the base must be a pod name then.
+            check_dns_subdomain("--identity", &identity).map_err(|e| {
+                ConfigError::new(
+                    "--identity",
+                    &identity,
+                    format!(
+                        "with a pod UID ({uid}) the identity must be the pod's name: {}",
+                        e.reason
+                    ),
+                )
+            })?;
+        }
         match self.flag_file.parent() {
             Some(dir) if dir.as_os_str().is_empty() || dir.is_dir() => {}
             _ => {
@@ -146,6 +180,7 @@ impl ElectArgs {
             lease_name: self.lease_name,
             namespace,
             identity,
+            pod_uid,
             timing,
             flag_file: self.flag_file,
             toggle_url,
@@ -230,8 +265,18 @@ fn check_dns_subdomain(flag: &str, value: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// The holder identity: the base identity plus a random per-process suffix.
-pub fn holder_identity(base: &str) -> String {
+/// Whether `s` has the form of a Kubernetes UID (an RFC 4122 UUID: 8-4-4-4-12 hexadecimal
+/// digits). Either case is accepted and kept as given: the write fence compares it
+/// byte for byte with the UID in the pod's ServiceAccount token.
+pub fn is_pod_uid(s: &str) -> bool {
+    // One definition with the parser of holder identities (adoption, issue 12).
+    crate::election::identity::is_uid(s)
+}
+
+/// The holder identity: `<base>_<pod-uid>_<suffix>` when the pod's UID is known, else
+/// `<base>_<suffix>`, with a random per-process suffix. A pod name never contains `_`, so the
+/// prefix up to the second `_` names one pod incarnation: what the write fence admits.
+pub fn holder_identity(base: &str, pod_uid: Option<&str>) -> String {
     let mut bytes = [0u8; 4];
     let random = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
@@ -242,7 +287,10 @@ pub fn holder_identity(base: &str) -> String {
         // Without /dev/urandom, pid and boot time still differ between processes of one node.
         (std::process::id() ^ (crate::clock::BootInstant::now().as_nanos() as u32)).rotate_left(7)
     };
-    format!("{base}_{suffix:08x}")
+    match pod_uid {
+        Some(uid) => format!("{base}_{uid}_{suffix:08x}"),
+        None => format!("{base}_{suffix:08x}"),
+    }
 }
 
 /// Entry point of `passmower-elector elect`.
@@ -279,7 +327,10 @@ mod tests {
         let dir = std::env::temp_dir();
         let flag = dir.join("grant.json");
         let flag = flag.to_string_lossy().to_string();
-        let mut argv = vec!["elect", "--identity", "pod-a"];
+        let mut argv = vec!["elect"];
+        if !extra.contains(&"--identity") {
+            argv.extend_from_slice(&["--identity", "pod-a"]);
+        }
         if !extra.contains(&"--namespace") {
             argv.extend_from_slice(&["--namespace", "ns"]);
         }
@@ -344,9 +395,53 @@ mod tests {
 
     #[test]
     fn holder_identities_differ_per_call() {
-        let a = holder_identity("pod");
-        let b = holder_identity("pod");
+        let a = holder_identity("pod", None);
+        let b = holder_identity("pod", None);
         assert!(a.starts_with("pod_") && b.starts_with("pod_"));
+        assert_eq!(a.len(), "pod_".len() + 8, "{a}");
         assert_ne!(a, b);
+    }
+
+    const UID: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
+
+    #[test]
+    fn the_holder_identity_carries_the_pod_uid_between_name_and_suffix() {
+        let a = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let b = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let prefix = format!("passmower-7d9f-abcde_{UID}_");
+        assert!(a.starts_with(&prefix), "{a}");
+        assert_eq!(a.len(), prefix.len() + 8, "{a}");
+        assert!(a[prefix.len()..].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn pod_uid_from_the_flag_or_pod_uid_and_validated() {
+        let c = parse(&["--pod-uid", UID]).unwrap();
+        assert_eq!(c.pod_uid.as_deref(), Some(UID));
+        // An empty flag means unknown (the variable may still give it: not set in tests).
+        assert_eq!(parse(&["--pod-uid", ""]).unwrap().pod_uid, None);
+        for bad in [
+            "abc",
+            "0f9c3a52_6b1e_4d0a_9a57_3c2e1d7b8f40",
+            "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f4",
+            "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f4g",
+            "0f9c3a526b1e4d0a9a573c2e1d7b8f40aaaa",
+        ] {
+            let e = parse(&["--pod-uid", bad]).unwrap_err();
+            assert_eq!(e.flag, "--pod-uid", "{bad}");
+            assert!(e.reason.contains("8-4-4-4-12"), "{e}");
+        }
+        assert!(is_pod_uid(&UID.to_uppercase()));
+    }
+
+    #[test]
+    fn with_a_pod_uid_the_identity_must_be_a_pod_name() {
+        let e = parse(&["--pod-uid", UID, "--identity", "pod_a"]).unwrap_err();
+        assert_eq!(e.flag, "--identity");
+        assert!(
+            parse(&["--identity", "pod_a"]).is_ok(),
+            "without a UID any base goes"
+        );
     }
 }

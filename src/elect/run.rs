@@ -63,7 +63,7 @@ async fn kube_client() -> Result<kube::Client, String> {
 
 /// Sets up the probe server, the API client and signals, then runs the loop to the end.
 pub async fn start(config: ElectConfig) -> ExitCode {
-    let holder = holder_identity(&config.identity);
+    let holder = holder_identity(&config.identity, config.pod_uid.as_deref());
     let listener = match probes::bind(config.probe_addr) {
         Ok(l) => l,
         Err(e) => {
