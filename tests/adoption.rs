@@ -214,7 +214,9 @@ async fn a_pod_with_the_same_name_and_another_uid_never_adopts() {
     let restarted = boot_secs();
     pods[first].elector = Some(pods[first].spawn_elector(Some(&other_uid), &[]));
     let declined = wait_until(Duration::from_secs(10), POLL, || {
-        pods[first].elector_logs().contains("not adopting the Lease")
+        pods[first]
+            .elector_logs()
+            .contains("not adopting the Lease")
     });
     let logs = pods[first].elector_logs();
     assert!(declined, "{logs}");
@@ -299,7 +301,10 @@ async fn two_electors_in_one_pod_never_make_two_pods_leaders() {
     let t_kill = boot_secs();
     std::thread::sleep(SETTLE + Duration::from_secs(2));
     let (holder_after, _) = holder_and_transitions(&ns).await;
-    assert_ne!(holder_after, holder, "nobody took over from the dead second elector");
+    assert_ne!(
+        holder_after, holder,
+        "nobody took over from the dead second elector"
+    );
     assert_leader_runs_disjoint(&pods);
     let (gap, _) = leaderless(&pods, t_kill, boot_secs());
     eprintln!(
@@ -374,7 +379,10 @@ async fn an_adoption_that_loses_the_race_to_a_takeover_grants_nothing() {
             .contains("the Lease changed before the adoption could be written")
     });
     let logs = pods[0].elector_logs();
-    assert!(lost, "the held adoption write did not meet the takeover\n{logs}");
+    assert!(
+        lost,
+        "the held adoption write did not meet the takeover\n{logs}"
+    );
     assert!(!logs.contains("adopted the Lease"), "{logs}");
     let (holder, _) = holder_and_transitions(&ns).await;
     assert_eq!(holder, intruder, "the adoption overwrote the takeover");
