@@ -509,3 +509,49 @@ async fn unreachable_api_no_demotion_before_the_inherited_expiry_and_follower_at
          {late:?} after it; pod {next} leads after the lease duration"
     );
 }
+
+/// The supervisor has stopped (its last ack says `stopped`: the app container is exiting) while
+/// the elector still held the Lease and its grant was live: a restarted elector has nothing to
+/// continue, so it does not adopt — it publishes follower at its first view of the Lease, and
+/// another pod takes over after the lease duration, never two leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_supervisor_is_not_adopted() {
+    let ns = Cluster::shared().new_namespace().await;
+    Cluster::shared().create_released_lease(&ns).await;
+    let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
+    let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
+    let other = 1 - first;
+    std::thread::sleep(Duration::from_millis(500));
+    let (old_holder, _) = holder_and_transitions(&ns).await;
+    pods[first]
+        .supervisor
+        .signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        pods[first]
+            .supervisor
+            .wait_exit(Duration::from_secs(10))
+            .is_some(),
+        "the supervisor did not exit"
+    );
+    let ack = pods[first].sandbox.ack().expect("ack file");
+    assert_eq!(ack["mode"], "stopped", "{ack}");
+    // The elector still holds the Lease and renews; then it is killed and restarted at once.
+    let (holder, _) = holder_and_transitions(&ns).await;
+    assert_eq!(holder, old_holder);
+    pods[first].kill_elector();
+    std::thread::sleep(RESTART_DELAY);
+    pods[first].restart_elector(&[]);
+    let declined = wait_until(Duration::from_secs(10), POLL, || {
+        pods[first]
+            .elector_logs()
+            .contains("not adopting the Lease")
+    });
+    let logs = pods[first].elector_logs();
+    assert!(declined, "{logs}");
+    assert!(logs.contains("reports that it has stopped"), "{logs}");
+    assert!(!logs.contains("adopted the Lease"), "{logs}");
+    let next = wait_for_leading_pod(&pods, Duration::from_secs(20), Some(first));
+    assert_eq!(next, other);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_leader_runs_disjoint(&pods);
+}
