@@ -70,6 +70,11 @@ fn report(line: &str) {
 
 /// `NAMESPACE_SELECTOR` of the running Passmower process (`node ... src/app.js`) in `pod`.
 fn app_selector(node: &Node, pod: &Pod) -> Option<String> {
+    app_process(node, pod).map(|(_, selector)| selector)
+}
+
+/// The PID and `NAMESPACE_SELECTOR` of the running Passmower process in `pod`.
+fn app_process(node: &Node, pod: &Pod) -> Option<(i32, String)> {
     let id = pods::container_id(pod, APP_CONTAINER)?;
     for pid in node.container_pids(&id) {
         // Passmower itself, not `supervise ... -- node ... src/app.js` (its parent).
@@ -88,9 +93,80 @@ fn app_selector(node: &Node, pod: &Pod) -> Option<String> {
             .split(|b| *b == 0)
             .filter_map(|kv| std::str::from_utf8(kv).ok())
             .find_map(|kv| kv.strip_prefix("NAMESPACE_SELECTOR="))
-            .map(str::to_owned);
+            .map(|selector| (pid, selector.to_owned()));
     }
     None
+}
+
+/// What [`OperatorSampler`] saw while a fault ran.
+#[derive(Debug, Default)]
+struct OperatorSamples {
+    /// The longest stretch (ms) in which no pod ran Passmower in operator mode.
+    longest_none_ms: f64,
+    /// Every (pod, PID) seen running Passmower in operator mode, in order of first sight.
+    leaders: Vec<(String, i32)>,
+}
+
+/// Samples every 100 ms which pods run Passmower in operator mode — the real selector in the
+/// environment of the process itself, read from /proc — so that a fault's leaderless time and
+/// its leader app restarts come from the processes, not from the Lease.
+struct OperatorSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<OperatorSamples>,
+}
+
+impl OperatorSampler {
+    fn start(node: &'static Node, install: &Install, client: kube::Client) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let install = install.clone();
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = OperatorSamples::default();
+            let mut pods: Vec<Pod> = Vec::new();
+            let mut last_leader = Instant::now();
+            // Bounded: a fault and its settle take minutes at most.
+            let deadline = Instant::now() + Duration::from_secs(1800);
+            while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
+                // The pod list from the API when it answers (a rollout replaces pods), else
+                // the last one: the processes are read from /proc either way.
+                let listed =
+                    tokio::time::timeout(Duration::from_millis(500), install.pods(&client))
+                        .await
+                        .unwrap_or_default();
+                if !listed.is_empty() {
+                    pods = listed;
+                }
+                let mut any = false;
+                for p in &pods {
+                    if let Some((pid, selector)) = app_process(node, p) {
+                        if selector == install.namespace {
+                            any = true;
+                            let who = (p.metadata.name.clone().unwrap_or_default(), pid);
+                            if !seen.leaders.contains(&who) {
+                                seen.leaders.push(who);
+                            }
+                        }
+                    }
+                }
+                if any {
+                    last_leader = Instant::now();
+                } else {
+                    seen.longest_none_ms = seen
+                        .longest_none_ms
+                        .max(last_leader.elapsed().as_secs_f64() * 1000.0);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        });
+        OperatorSampler { stop, task }
+    }
+
+    async fn finish(self) -> OperatorSamples {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
+    }
 }
 
 /// Asserts the whole audit log so far: no two pods' leadership overlaps, and every operator
@@ -272,6 +348,11 @@ struct Round {
     /// Fault → steady again (all replicas Ready, a leader renewing), checked after a settle
     /// of a lease duration and two retry periods.
     recovery_s: f64,
+    /// The longest stretch with no Passmower process in operator mode in any pod (sampled
+    /// every 100 ms from /proc, from just before the fault to steady again).
+    operator_gap_ms: f64,
+    /// Passmower processes started in operator mode after the fault (any pod).
+    leader_app_starts: usize,
 }
 
 /// The faults to inject: `PME_REAL_PODS_FAULTS` (comma-separated names), default all.
@@ -486,6 +567,7 @@ async fn faults_keep_one_writer_and_reconcile() {
         for fault in faults() {
             install.wait_steady(node, Duration::from_secs(300)).await;
             let name = format!("{}-{round}", fault.name());
+            let sampler = OperatorSampler::start(node, &install, client.clone());
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
             let client = node.admin_client().await;
@@ -525,7 +607,11 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .unwrap_or_else(|| panic!("{name}: no operator write in the audit log"));
             let p = pod_loop.snapshot();
             let s = service_loop.snapshot();
+            let operator = sampler.finish().await;
             let r = Round {
+                operator_gap_ms: operator.longest_none_ms,
+                // The first one seen ran before the fault.
+                leader_app_starts: operator.leaders.len().saturating_sub(1),
                 gap_ms: (first.received_us - t_fault) as f64 / 1000.0,
                 moved: leader_after != old_ip,
                 // From the start of the injection (a rollout replaces other pods before the
@@ -535,13 +621,16 @@ async fn faults_keep_one_writer_and_reconcile() {
                 recovery_s: (t_steady - t_fault) as f64 / 1e6,
             };
             report(&format!(
-                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} service {}",
+                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} service {}; no app in operator mode for {:.0} ms, leader app starts {} {:?}",
                 fault.name(),
                 r.gap_ms,
                 if r.moved { "leader moved" } else { "same leader" },
                 r.recovery_s,
                 r.pod_failures,
-                r.service_failures
+                r.service_failures,
+                r.operator_gap_ms,
+                r.leader_app_starts,
+                operator.leaders,
             ));
             results.entry(fault).or_default().push(r);
             // Fail early, naming the fault, if two pods ever wrote at once.
@@ -556,18 +645,21 @@ async fn faults_keep_one_writer_and_reconcile() {
         "faults over {rounds} round(s); gap = fault → first reconcile of an OIDCClient created during it (ms, min/median/max)"
     ));
     report(&format!(
-        "{:<18} {:>20} {:>14} {:>22} {:>24}",
+        "{:<18} {:>20} {:>14} {:>22} {:>24} {:>22} {:>12}",
         "fault",
         "gap min/med/max ms",
         "leader moved",
         "failed HTTP pods/svc",
-        "recovery min/med/max s"
+        "recovery min/med/max s",
+        "no-operator min/med/max ms",
+        "app starts"
     ));
     for (fault, rs) in &results {
         let mut gaps: Vec<f64> = rs.iter().map(|r| r.gap_ms).collect();
         let mut rec: Vec<f64> = rs.iter().map(|r| r.recovery_s).collect();
+        let mut none: Vec<f64> = rs.iter().map(|r| r.operator_gap_ms).collect();
         report(&format!(
-            "{:<18} {:>20} {:>14} {:>22} {:>24}",
+            "{:<18} {:>20} {:>14} {:>22} {:>24} {:>22} {:>12}",
             fault.name(),
             summary(&mut gaps),
             format!("{}/{}", rs.iter().filter(|r| r.moved).count(), rs.len()),
@@ -577,6 +669,8 @@ async fn faults_keep_one_writer_and_reconcile() {
                 rs.iter().map(|r| r.service_failures).sum::<usize>()
             ),
             summary(&mut rec).replace(".0", ""),
+            summary(&mut none),
+            rs.iter().map(|r| r.leader_app_starts).sum::<usize>(),
         ));
     }
     report(&format!(
