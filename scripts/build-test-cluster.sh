@@ -3,7 +3,9 @@
 # k8s.io/kubernetes Go module and etcd from the go.etcd.io Go modules, each into a cache
 # directory keyed by its version, so a warm run only checks that the binaries are there.
 #
-# Prints the directory holding `kube-apiserver` and `etcd` on its last line of stdout.
+# Prints the directory holding `kube-apiserver`, `etcd` and `kubectl` on its last line of stdout.
+# kubectl comes from the same module and version as the apiserver: the tests run the commands the
+# README documents, and Debian packages no kubectl.
 # Environment: KUBE_VERSION (default below), ETCD_VERSION, PME_CACHE (cache root).
 set -euo pipefail
 
@@ -18,7 +20,7 @@ log() { echo "build-test-cluster: $*" >&2; }
 # does): Helm compares charts' kubeVersion and `.Capabilities.KubeVersion` with it, and an
 # unstamped v0.0.0-master fails both. The marker tells a stamped binary from an older cache.
 STAMP="$OUT/kube-apiserver.version-stamped"
-if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" && -f "$STAMP" ]]; then
+if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" && -x "$OUT/kubectl" && -f "$STAMP" ]]; then
   log "cached: $OUT"
   echo "$OUT"
   exit 0
@@ -33,8 +35,9 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 # kube-apiserver: k8s.io/kubernetes points its staging modules (k8s.io/api, ...) at ./staging
 # with version v0.0.0; outside its repository those replace lines do not apply, so a wrapper
 # module replaces each staging module with its published v0.MINOR.PATCH twin.
-build_kube_apiserver() {
+kube_module() {
   local dir="$work/kube" staging
+  if [[ -f "$dir/go.mod" ]]; then cd "$dir"; return; fi
   mkdir -p "$dir" && cd "$dir"
   go mod init elector-test/kube >/dev/null 2>&1
   go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >"$dir/dl.json"
@@ -46,16 +49,25 @@ build_kube_apiserver() {
     sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
     echo ")"
   } >>go.mod
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >&2
-  log "compiling kube-apiserver ${KUBE_VERSION} (several minutes on two cores)"
-  local minor="${KUBE_VERSION#v1.}" ldflags="-s -w" pkg
+}
+
+# kube_build NAME: compiles k8s.io/kubernetes/cmd/NAME with the version stamped in.
+kube_build() {
+  local name="$1" minor="${KUBE_VERSION#v1.}" ldflags="-s -w" pkg
+  kube_module
+  go get "k8s.io/kubernetes/cmd/${name}@${KUBE_VERSION}" >&2
+  log "compiling ${name} ${KUBE_VERSION} (minutes on two cores)"
   minor="${minor%%.*}"
   for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     ldflags+=" -X $pkg.gitVersion=${KUBE_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  go build -trimpath -ldflags "$ldflags" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+  go build -trimpath -ldflags "$ldflags" -o "$OUT/${name}.tmp" "k8s.io/kubernetes/cmd/${name}"
+  mv "$OUT/${name}.tmp" "$OUT/${name}"
+}
+
+build_kube_apiserver() {
+  kube_build kube-apiserver
   touch "$STAMP"
 }
 
@@ -82,5 +94,6 @@ MOD
 
 [[ -x "$OUT/etcd" ]] || build_etcd
 [[ -x "$OUT/kube-apiserver" && -f "$STAMP" ]] || build_kube_apiserver
+[[ -x "$OUT/kubectl" ]] || kube_build kubectl
 log "built: $OUT"
 echo "$OUT"

@@ -64,6 +64,16 @@ pub fn kustomize() -> PathBuf {
     )
 }
 
+/// kubectl: `$PME_KUBECTL`, else the one `scripts/build-test-cluster.sh` builds beside the test
+/// apiserver (`$PME_CONTROL_PLANE/kubectl`, same version), else none (the sandbox's `PATH` then
+/// decides). Debian packages no kubectl, so CI relies on the build.
+pub fn kubectl() -> Option<PathBuf> {
+    std::env::var_os("PME_KUBECTL")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("PME_CONTROL_PLANE").map(|d| PathBuf::from(d).join("kubectl")))
+        .filter(|p| p.is_file())
+}
+
 /// The upstream Passmower chart directory (read at test time, never copied into the repo).
 pub fn upstream_chart() -> PathBuf {
     let candidates = [
@@ -133,6 +143,9 @@ impl Sandbox {
         )
         .expect("chmod");
         std::os::unix::fs::symlink(kustomize(), bin.join("kustomize")).expect("kustomize");
+        if let Some(kubectl) = kubectl() {
+            std::os::unix::fs::symlink(kubectl, bin.join("kubectl")).expect("kubectl");
+        }
         std::os::unix::fs::symlink(
             env!("CARGO_BIN_EXE_passmower-elector"),
             bin.join("passmower-elector"),
