@@ -469,9 +469,17 @@ async fn inject(
             assert!(out.status.success(), "kubectl delete pod: {out:?}");
         }
         Fault::ElectorCrash => {
+            let restarts = pods::restart_count(&leader, passmower::ELECTOR_CONTAINER);
             t_fault = now_us();
             let n = node.signal_container(&leader, passmower::ELECTOR_CONTAINER, Signal::SIGKILL);
             assert!(n > 0, "no elector process in {leader_name}");
+            report_elector_restart(
+                client.clone(),
+                ns.clone(),
+                leader_name.clone(),
+                restarts,
+                t_fault,
+            );
         }
         Fault::AppCrash => {
             t_fault = now_us();
@@ -507,6 +515,56 @@ async fn inject(
     let client = node.admin_client().await;
     install.create_client(&client, client_name).await;
     (t_fault, leader_ip)
+}
+
+/// Reports, in the background, when the kubelet had the killed elector container running
+/// again: whether the restarted elector can adopt depends on it coming back within the renew
+/// deadline (the kubelet restarts a container at once the first time, then backs off from 10s).
+fn report_elector_restart(
+    client: kube::Client,
+    ns: String,
+    pod: String,
+    restarts_before: Option<i32>,
+    t_fault: i64,
+) {
+    tokio::spawn(async move {
+        let api = kube::Api::<Pod>::namespaced(client, &ns);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok(Some(p)) = api.get_opt(&pod).await {
+                let restarts = pods::restart_count(&p, passmower::ELECTOR_CONTAINER);
+                let running = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.init_container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .chain(
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.container_statuses.as_ref())
+                            .into_iter()
+                            .flatten(),
+                    )
+                    .find(|c| c.name == passmower::ELECTOR_CONTAINER)
+                    .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone());
+                if let (Some(after), Some(started)) = (restarts, running) {
+                    if restarts_before.is_some_and(|b| after > b) {
+                        let started_us = started.0.as_microsecond();
+                        report(&format!(
+                            "elector of {pod} killed; restart #{after} running {:.1} s after the kill",
+                            (started_us - t_fault) as f64 / 1e6
+                        ));
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        report(&format!(
+            "elector of {pod}: not seen running again within 120 s"
+        ));
+    });
 }
 
 fn summary(values: &mut [f64]) -> String {
