@@ -46,6 +46,79 @@ async fn install(node: &Node) -> Install {
     INSTALL.get_or_init(|| i).clone()
 }
 
+/// What [`OperatorSampler`] saw while a fault ran.
+#[derive(Debug, Default)]
+struct OperatorSamples {
+    /// The longest stretch (ms) in which no pod ran Passmower in operator mode.
+    longest_none_ms: f64,
+    /// Every (pod, PID) seen running Passmower in operator mode, in order of first sight.
+    leaders: Vec<(String, i32)>,
+}
+
+/// Samples every 100 ms which pods run Passmower in operator mode — the real selector in the
+/// environment of the process itself, read from /proc — so that a fault's leaderless time and
+/// its leader app restarts come from the processes, not from the Lease.
+struct OperatorSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<OperatorSamples>,
+}
+
+impl OperatorSampler {
+    fn start(node: &'static Node, install: &Install, client: kube::Client) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let install = install.clone();
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = OperatorSamples::default();
+            let mut pods: Vec<Pod> = Vec::new();
+            let mut last_leader = Instant::now();
+            // Bounded: a fault and its settle take minutes at most.
+            let deadline = Instant::now() + Duration::from_secs(1800);
+            while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
+                // The pod list from the API when it answers (a rollout replaces pods), else
+                // the last one: the processes are read from /proc either way.
+                let listed =
+                    tokio::time::timeout(Duration::from_millis(500), install.pods(&client))
+                        .await
+                        .unwrap_or_default();
+                if !listed.is_empty() {
+                    pods = listed;
+                }
+                let mut any = false;
+                for p in &pods {
+                    // Every Passmower process of the pod: with a separate leader instance the
+                    // leader's pod runs two, and only the leader instance has the real selector.
+                    for (pid, selector) in app_processes(node, p) {
+                        if selector.as_deref() == Some(install.namespace.as_str()) {
+                            any = true;
+                            let who = (p.metadata.name.clone().unwrap_or_default(), pid);
+                            if !seen.leaders.contains(&who) {
+                                seen.leaders.push(who);
+                            }
+                        }
+                    }
+                }
+                if any {
+                    last_leader = Instant::now();
+                } else {
+                    seen.longest_none_ms = seen
+                        .longest_none_ms
+                        .max(last_leader.elapsed().as_secs_f64() * 1000.0);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        });
+        OperatorSampler { stop, task }
+    }
+
+    async fn finish(self) -> OperatorSamples {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_reconciles_with_the_real_selector() {
     let _serial = serial().await;
@@ -121,6 +194,11 @@ struct Round {
     /// Fault → steady again (all replicas Ready, a leader renewing), checked after a settle
     /// of a lease duration and two retry periods.
     recovery_s: f64,
+    /// The longest stretch with no Passmower process in operator mode in any pod (sampled
+    /// every 100 ms from /proc, from just before the fault to steady again).
+    operator_gap_ms: f64,
+    /// Passmower processes started in operator mode after the fault (any pod).
+    leader_app_starts: usize,
 }
 
 /// The faults to inject: `PME_REAL_PODS_FAULTS` (comma-separated names), default all.
@@ -289,9 +367,17 @@ async fn inject(
             assert!(out.status.success(), "kubectl delete pod: {out:?}");
         }
         Fault::ElectorCrash => {
+            let restarts = pods::restart_count(&leader, passmower::ELECTOR_CONTAINER);
             t_fault = now_us();
             let n = node.signal_container(&leader, passmower::ELECTOR_CONTAINER, Signal::SIGKILL);
             assert!(n > 0, "no elector process in {leader_name}");
+            report_elector_restart(
+                client.clone(),
+                ns.clone(),
+                leader_name.clone(),
+                restarts,
+                t_fault,
+            );
         }
         Fault::AppCrash => {
             t_fault = now_us();
@@ -327,6 +413,56 @@ async fn inject(
     let client = node.admin_client().await;
     install.create_client(&client, client_name).await;
     (t_fault, leader_ip)
+}
+
+/// Reports, in the background, when the kubelet had the killed elector container running
+/// again: whether the restarted elector can adopt depends on it coming back within the renew
+/// deadline (the kubelet restarts a container at once the first time, then backs off from 10s).
+fn report_elector_restart(
+    client: kube::Client,
+    ns: String,
+    pod: String,
+    restarts_before: Option<i32>,
+    t_fault: i64,
+) {
+    tokio::spawn(async move {
+        let api = kube::Api::<Pod>::namespaced(client, &ns);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok(Some(p)) = api.get_opt(&pod).await {
+                let restarts = pods::restart_count(&p, passmower::ELECTOR_CONTAINER);
+                let running = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.init_container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .chain(
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.container_statuses.as_ref())
+                            .into_iter()
+                            .flatten(),
+                    )
+                    .find(|c| c.name == passmower::ELECTOR_CONTAINER)
+                    .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone());
+                if let (Some(after), Some(started)) = (restarts, running) {
+                    if restarts_before.is_some_and(|b| after > b) {
+                        let started_us = started.0.as_microsecond();
+                        report(&format!(
+                            "elector of {pod} killed; restart #{after} running {:.1} s after the kill",
+                            (started_us - t_fault) as f64 / 1e6
+                        ));
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        report(&format!(
+            "elector of {pod}: not seen running again within 120 s"
+        ));
+    });
 }
 
 fn summary(values: &mut [f64]) -> String {
@@ -394,6 +530,7 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .leader_pod(&node.admin_client().await)
                 .await
                 .and_then(|p| p.metadata.name);
+            let sampler = OperatorSampler::start(node, &install, client.clone());
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
             let client = node.admin_client().await;
@@ -454,7 +591,11 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .filter_map(|(pod, before)| Some((before, serving_after.get(pod)?)))
                 .filter(|(before, after)| before.iter().any(|pid| !after.contains(pid)))
                 .count();
+            let operator = sampler.finish().await;
             let r = Round {
+                operator_gap_ms: operator.longest_none_ms,
+                // The first one seen ran before the fault.
+                leader_app_starts: operator.leaders.len().saturating_sub(1),
                 gap_ms: (first.received_us - t_fault) as f64 / 1000.0,
                 moved: leader_after != old_ip,
                 // From the start of the injection (a rollout replaces other pods before the
@@ -466,7 +607,7 @@ async fn faults_keep_one_writer_and_reconcile() {
                 recovery_s: (t_steady - t_fault) as f64 / 1e6,
             };
             report(&format!(
-                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} (on pods that stay up {}) service {}; serving Passmower restarted on {} pod(s) that stayed up",
+                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} (on pods that stay up {}) service {}; serving Passmower restarted on {} pod(s) that stayed up; no app in operator mode for {:.0} ms, leader app starts {} {:?}",
                 fault.name(),
                 r.gap_ms,
                 if r.moved { "leader moved" } else { "same leader" },
@@ -474,7 +615,10 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.pod_failures,
                 r.stay_up_failures,
                 r.service_failures,
-                r.serving_restarts
+                r.serving_restarts,
+                r.operator_gap_ms,
+                r.leader_app_starts,
+                operator.leaders,
             ));
             results.entry(fault).or_default().push(r);
             if fault == Fault::PodFreeze {
@@ -493,19 +637,22 @@ async fn faults_keep_one_writer_and_reconcile() {
         "faults over {rounds} round(s); gap = fault → first reconcile of an OIDCClient created during it (ms, min/median/max)"
     ));
     report(&format!(
-        "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24}",
+        "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
         "fault",
         "gap min/med/max ms",
         "leader moved",
         "failed HTTP pods(up)/svc",
         "serving restarts",
-        "recovery min/med/max s"
+        "recovery min/med/max s",
+        "no-operator min/med/max ms",
+        "app starts"
     ));
     for (fault, rs) in &results {
         let mut gaps: Vec<f64> = rs.iter().map(|r| r.gap_ms).collect();
         let mut rec: Vec<f64> = rs.iter().map(|r| r.recovery_s).collect();
+        let mut none: Vec<f64> = rs.iter().map(|r| r.operator_gap_ms).collect();
         report(&format!(
-            "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24}",
+            "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
             fault.name(),
             summary(&mut gaps),
             format!("{}/{}", rs.iter().filter(|r| r.moved).count(), rs.len()),
@@ -517,6 +664,8 @@ async fn faults_keep_one_writer_and_reconcile() {
             ),
             rs.iter().map(|r| r.serving_restarts).sum::<usize>(),
             summary(&mut rec).replace(".0", ""),
+            summary(&mut none),
+            rs.iter().map(|r| r.leader_app_starts).sum::<usize>(),
         ));
     }
     report(&format!(

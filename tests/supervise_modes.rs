@@ -677,3 +677,69 @@ fn a_restarted_elector_is_followed_through_its_new_token() {
     let (status, _) = sv.push(&leader(1, 10, Duration::from_secs(60)));
     assert_eq!(status, 403);
 }
+
+/// Issue 12: an elector restarted in its own pod adopts the Lease and grants under its new
+/// incarnation and token. Same mode, so the app keeps running — through either channel — while
+/// forged and stale objects are still refused.
+#[test]
+fn a_restarted_elector_s_leader_grant_continues_the_app_without_a_restart() {
+    let sb = Sandbox::new();
+    let sv = start_recording(&sb, &[]);
+    assert_eq!(sv.push(&leader(1, 9, Duration::from_secs(60))).0, 200);
+    let pid = sv.wait_mode("leader", LIMIT).expect("leader child");
+    let starts = sb.starts().len();
+
+    // The new elector's first object is a leader grant (flag file first, as the elector writes).
+    let incarnation = passmower_elector::clock::BootInstant::now().as_nanos();
+    let old_key = sb.sign(&leader(1, 10, Duration::from_secs(60)));
+    sb.elector_restart(incarnation);
+    let first = leader(incarnation, 1, Duration::from_secs(60));
+    sb.write_grant(&first);
+    assert!(wait_until(LIMIT, || sv.mode()["incarnation"].as_u64()
+        == Some(incarnation)));
+    // The push of the same object is a repeat, acked.
+    assert_eq!(sv.push(&first).0, 200);
+    assert_eq!(
+        sv.push(&leader(incarnation, 2, Duration::from_secs(60))).0,
+        200
+    );
+    let m = sv.mode();
+    assert_eq!(m["mode"], "leader");
+    assert_eq!(
+        m["child_pid"].as_i64(),
+        Some(pid as i64),
+        "the app was restarted"
+    );
+    assert_eq!(sb.starts().len(), starts, "{:?}", sb.starts());
+    let to_leader: Vec<String> = sb
+        .lines("signals")
+        .into_iter()
+        .filter(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+        .collect();
+    assert!(to_leader.is_empty(), "the app was signalled: {to_leader:?}");
+    let ack = sb.ack_object().expect("ack");
+    assert_eq!(
+        (ack.mode, ack.incarnation, ack.seq),
+        (passmower_elector::grant::Mode::Leader, incarnation, 2)
+    );
+    assert!(sb.ack_verifies(), "the ack is signed with the new key");
+
+    // Still refused: the old incarnation (even correctly signed with its old key), a forged
+    // object of the new one, an unsigned one.
+    assert_eq!(sv.push(&old_key).0, 403);
+    let mut forged = leader(incarnation, 3, Duration::from_secs(60))
+        .with_limits(Duration::from_secs(120), Duration::from_secs(10));
+    passmower_elector::grant::auth::Key::generate()
+        .expect("key")
+        .sign_grant(&mut forged);
+    assert_eq!(sv.push_raw(&forged).0, 401);
+    let mut unsigned = sb.sign(&follower(incarnation, 4));
+    unsigned.mac = None;
+    assert_eq!(sv.push_raw(&unsigned).0, 401);
+    let m = sv.mode();
+    assert_eq!(
+        (m["mode"].as_str(), m["seq"].as_u64()),
+        (Some("leader"), Some(2))
+    );
+    assert_eq!(m["child_pid"].as_i64(), Some(pid as i64));
+}

@@ -42,7 +42,7 @@ impl Metrics {
         );
         registry.register(
             "leader_transitions",
-            "Times this pod became leader (direction=\"became\") or stopped leading (direction=\"stopped\")",
+            "Times this pod became leader (direction=\"became\"), adopted the Lease from its own previous elector process (direction=\"adopted\") or stopped leading (direction=\"stopped\")",
             m.transitions.clone(),
         );
         registry.register(

@@ -269,12 +269,8 @@ fn check_dns_subdomain(flag: &str, value: &str) -> Result<(), ConfigError> {
 /// digits). Either case is accepted and kept as given: the write fence compares it
 /// byte for byte with the UID in the pod's ServiceAccount token.
 pub fn is_pod_uid(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    bytes.len() == 36
-        && bytes.iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        })
+    // One definition with the parser of holder identities (adoption, issue 12).
+    crate::election::identity::is_uid(s)
 }
 
 /// The holder identity: `<base>_<pod-uid>_<suffix>` when the pod's UID is known, else

@@ -15,6 +15,7 @@ use crate::clock::{self, BootInstant};
 use crate::grant::auth::{self, AuthError, Key, Token};
 use crate::grant::{self, Grant, GrantError, Mode, Order, Sequencer};
 
+pub mod inherit;
 mod push;
 use push::Toggle;
 
@@ -146,6 +147,13 @@ impl Outputs {
         }
         self.push(grant.clone());
         (grant.order(), written)
+    }
+
+    /// The previous elector of this pod left a leader grant on disk that lapses at `expiry`:
+    /// until a follower object of ours replaces it, a consumer reading only the file obeys it,
+    /// so a hand-over must wait for it as for one of our own.
+    pub fn inherit_leader_grant(&mut self, expiry: BootInstant) {
+        self.leader_on_disk = Some(self.leader_on_disk.map_or(expiry, |e| e.max(expiry)));
     }
 
     /// Until when a consumer reading only the flag file may still run as leader: the expiry of

@@ -13,8 +13,10 @@
 //! watch costs no extra request.
 //!
 //! `lease_calls` holds the API calls, `publish` the outputs of a transition, `handover` the
-//! demote-ack-release sequence of a shutdown.
+//! demote-ack-release sequence of a shutdown, `adopt` the start-up: adopting the Lease from the
+//! pod's previous elector process, or starting as a follower.
 
+mod adopt;
 mod handover;
 mod lease_calls;
 mod publish;
@@ -37,6 +39,7 @@ use super::status::SharedStatus;
 use super::{holder_identity, ElectConfig};
 use crate::clock::{self, BootInstant};
 use crate::config::ConfigError;
+use crate::election::adoption::Inheritance;
 use crate::election::candidate::Source;
 use crate::election::lease_api::{observe, LeaseApi, WatchItem};
 use crate::election::record::Observed;
@@ -118,7 +121,10 @@ pub async fn start(config: ElectConfig) -> ExitCode {
     );
     // A demotion push is answered once the consumer has stopped, which may take kill grace.
     let push_timeout = config.timing.kill_grace + Duration::from_secs(2);
-    let outputs = match Outputs::new(
+    // Before anything of ours is written to the volume: what the previous elector of this pod
+    // left there (its token is about to be replaced by ours).
+    let inheritance = super::outputs::inherit::read(&config.flag_file, BootInstant::now());
+    let mut outputs = match Outputs::new(
         config.flag_file.clone(),
         api.reference(),
         config.toggle_url.clone(),
@@ -132,6 +138,12 @@ pub async fn start(config: ElectConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(until) = inheritance
+        .as_ref()
+        .and_then(|i| i.window(BootInstant::now()))
+    {
+        outputs.inherit_leader_grant(until);
+    }
     let events = config
         .events
         .then(|| EventRecorder::new(client, &config.namespace, &config.lease_name, &holder));
@@ -163,6 +175,9 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         outputs_healthy: true,
         release_pending: false,
         step_down: step_down::StepDown::new(config.max_leader_failures),
+        inheritance,
+        adopting: false,
+        predecessor: None,
     };
     elector.run(signals).await
 }
@@ -195,13 +210,23 @@ struct Elector {
     release_pending: bool,
     /// Stepping down for an app that cannot run as leader, and sitting out afterwards.
     step_down: step_down::StepDown,
+    /// What the pod's previous elector process left on the volume; taken by the start-up.
+    inheritance: Option<Inheritance>,
+    /// Set while an adoption may still happen: no follower object may be published then, or it
+    /// would demote the app that runs under the previous elector's grant.
+    adopting: bool,
+    /// The record of our pod's previous elector process that a hand-over releases too (when
+    /// the app it led keeps failing, see `adopt`).
+    predecessor: Option<String>,
 }
 
 impl Elector {
     async fn run(mut self, mut signals: Signals) -> ExitCode {
         let timing = *self.candidate.timing();
-        self.publish_follower();
         let mut watch = self.api.spawn_watch(timing.retry_period);
+        if let adopt::StartUp::Shutdown = self.start_up(&mut watch, &mut signals).await {
+            return self.shutdown(&mut signals).await;
+        }
         loop {
             let now = BootInstant::now();
             self.status.update(|s| s.loop_heartbeat = now);
@@ -330,7 +355,7 @@ impl Elector {
         });
         if let Some(t) = seen.transition() {
             self.apply(t, now);
-        } else if changed && !self.candidate.is_leader() && self.outputs_healthy {
+        } else if changed && !self.candidate.is_leader() && self.outputs_healthy && !self.adopting {
             // Followers' flag files name the current leader too, for humans and dashboards.
             self.publish_follower();
         }

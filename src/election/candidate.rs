@@ -65,9 +65,24 @@ impl std::fmt::Display for StopReason {
 /// A change of this pod's grant that the outputs must publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transition {
-    BecameLeader { epoch: u64, expiry: BootInstant },
-    Renewed { epoch: u64, expiry: BootInstant },
-    StoppedLeading { reason: StopReason },
+    BecameLeader {
+        epoch: u64,
+        expiry: BootInstant,
+    },
+    /// We took over the record of an earlier elector process of our own pod (see
+    /// [`super::adoption`]): the term goes on, with our grant from now on.
+    Adopted {
+        epoch: u64,
+        expiry: BootInstant,
+        from: String,
+    },
+    Renewed {
+        epoch: u64,
+        expiry: BootInstant,
+    },
+    StoppedLeading {
+        reason: StopReason,
+    },
 }
 
 /// The current term of leadership.
@@ -338,6 +353,36 @@ impl Candidate {
         now: BootInstant,
         observed: Observed,
     ) -> Option<Transition> {
+        let (epoch, expiry) = self.begin_term(sent_at, now, observed)?;
+        Some(Transition::BecameLeader { epoch, expiry })
+    }
+
+    /// Our adoption (sent at `sent_at`: one write, conditional on the record that named our
+    /// pod's earlier process `from`) succeeded and the server answered `observed` at `now`. The
+    /// grant is the same as after an acquisition: until `sent_at` + R.
+    pub fn adopted(
+        &mut self,
+        sent_at: BootInstant,
+        now: BootInstant,
+        observed: Observed,
+        from: &str,
+    ) -> Option<Transition> {
+        let (epoch, expiry) = self.begin_term(sent_at, now, observed)?;
+        Some(Transition::Adopted {
+            epoch,
+            expiry,
+            from: from.to_owned(),
+        })
+    }
+
+    /// Starts a term after our write (sent at `sent_at`) made us the holder; `None` when we
+    /// already lead or the answer came too late to grant anything.
+    fn begin_term(
+        &mut self,
+        sent_at: BootInstant,
+        now: BootInstant,
+        observed: Observed,
+    ) -> Option<(u64, BootInstant)> {
         let epoch = match &observed {
             Observed::Present(r) => r.transitions,
             Observed::Absent => 0,
@@ -355,7 +400,7 @@ impl Candidate {
             since: now,
             expiry,
         });
-        Some(Transition::BecameLeader { epoch, expiry })
+        Some((epoch, expiry))
     }
 
     /// Our renew (sent at `sent_at`) succeeded and the server answered `observed` at `now`.
@@ -388,6 +433,8 @@ impl Candidate {
     }
 }
 
+#[cfg(test)]
+mod adoption_simulation;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

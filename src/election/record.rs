@@ -190,6 +190,14 @@ pub fn renewed(current: &Lease, holder: &str, duration_seconds: i32) -> Lease {
     lease
 }
 
+/// `current`, held by an earlier elector process of our own pod, taken over by `holder`: the
+/// term goes on (see [`super::adoption`]), so `leaseTransitions` and `acquireTime` stay; the
+/// holder, the duration and a later `renewTime` are ours — to every other candidate it is a
+/// renewal. `current` keeps its resourceVersion, which makes the replace conditional.
+pub fn adopted(current: &Lease, holder: &str, duration_seconds: i32) -> Lease {
+    renewed(current, holder, duration_seconds)
+}
+
 /// `current` released: empty holder and a one-second duration, so followers (ours and
 /// client-go's) take it at once.
 pub fn released(current: &Lease) -> Lease {
@@ -245,6 +253,26 @@ mod tests {
         assert_eq!(r.holder.as_deref(), Some("me_1"));
         assert_eq!(r.transitions, 5);
         assert_eq!(r.resource_version, "42");
+    }
+
+    #[test]
+    fn adoption_keeps_the_term_and_the_precondition_and_counts_as_a_renewal() {
+        let mut current = lease(Some("pod-a_u_1"), Some(15), Some(4), "42");
+        current.spec.as_mut().unwrap().acquire_time = Some(MicroTime(Timestamp::UNIX_EPOCH));
+        let next = adopted(&current, "pod-a_u_2", 15);
+        let r = LeaseRecord::from_lease(&next);
+        assert_eq!(r.holder.as_deref(), Some("pod-a_u_2"));
+        assert_eq!(r.transitions, 4, "the epoch does not change on adoption");
+        assert_eq!(r.resource_version, "42");
+        assert_eq!(
+            next.spec.as_ref().unwrap().acquire_time,
+            Some(MicroTime(Timestamp::UNIX_EPOCH))
+        );
+        // Every other candidate sees a changed record: its wait starts again.
+        assert_ne!(
+            Observed::from_lease(&current).key(),
+            Observed::from_lease(&next).key()
+        );
     }
 
     #[test]

@@ -575,9 +575,19 @@ impl Supervisor {
             Verdict::Obey => {
                 let before = self.target(now);
                 let after = requested;
+                let new_elector = self
+                    .obeyed
+                    .as_ref()
+                    .is_some_and(|o| o.incarnation != g.incarnation);
                 if before != after || self.obeyed.as_ref().map(|o| o.epoch) != Some(g.epoch) {
                     tracing::info!(from = %before, to = %after, holder = %g.holder, epoch = g.epoch,
                         incarnation = g.incarnation, seq = g.seq, "grant changed");
+                } else if new_elector {
+                    // A restarted elector that adopted the Lease: same mode, so the running
+                    // child is kept (see `reconcile`); only the grant's issuer changed.
+                    tracing::info!(mode = %after, holder = %g.holder, epoch = g.epoch,
+                        incarnation = g.incarnation, seq = g.seq,
+                        "a new elector incarnation continues the grant; the app keeps running");
                 } else {
                     tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
                 }

@@ -49,17 +49,34 @@ impl ElectorProcess {
         args: &[&str],
         customize: impl FnOnce(&mut Command),
     ) -> ElectorProcess {
+        Self::elect_in_pod(pod, None, ns, kubeconfig, args, customize)
+    }
+
+    /// As [`ElectorProcess::elect_customized`], in a pod whose downward API also gives its UID
+    /// (`POD_UID`), when `uid` is set.
+    pub fn elect_in_pod(
+        pod: &str,
+        uid: Option<&str>,
+        ns: &TestNs,
+        kubeconfig: &Path,
+        args: &[&str],
+        customize: impl FnOnce(&mut Command),
+    ) -> ElectorProcess {
         let mut all = vec!["elect"];
         all.extend_from_slice(args);
+        let mut env = vec![
+            ("KUBECONFIG", kubeconfig.as_os_str()),
+            ("POD_NAME", OsStr::new(pod)),
+            ("POD_NAMESPACE", OsStr::new(&ns.name)),
+        ];
+        if let Some(uid) = uid {
+            env.push(("POD_UID", OsStr::new(uid)));
+        }
         Self::spawn_program_customized(
             pod,
             Path::new(env!("CARGO_BIN_EXE_passmower-elector")),
             &all,
-            &[
-                ("KUBECONFIG", kubeconfig.as_os_str()),
-                ("POD_NAME", OsStr::new(pod)),
-                ("POD_NAMESPACE", OsStr::new(&ns.name)),
-            ],
+            &env,
             customize,
         )
     }

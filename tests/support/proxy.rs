@@ -40,6 +40,9 @@ pub struct FaultProxy {
     /// Connections numbered below this are silenced for good (see
     /// [`FaultProxy::silence_open_connections`]).
     silenced_below: watch::Sender<u64>,
+    /// Connections numbered from this on are held until released (see
+    /// [`FaultProxy::hold_new_connections_after`]).
+    held_from: watch::Sender<u64>,
     accepted: Arc<AtomicU64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -58,6 +61,7 @@ impl FaultProxy {
         let addr = listener.local_addr().expect("proxy addr");
         let (mode, mode_rx) = watch::channel(FaultMode::Pass);
         let (silenced_below, silenced_rx) = watch::channel(0u64);
+        let (held_from, held_rx) = watch::channel(u64::MAX);
         let accepted = Arc::new(AtomicU64::new(0));
         let counter = accepted.clone();
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel();
@@ -73,6 +77,7 @@ impl FaultProxy {
                     let gates = Gates {
                         mode: mode_rx,
                         silenced_below: silenced_rx,
+                        held_from: held_rx,
                         accepted: counter,
                     };
                     tokio::select! {
@@ -87,6 +92,7 @@ impl FaultProxy {
             addr,
             mode,
             silenced_below,
+            held_from,
             accepted,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -134,6 +140,25 @@ impl FaultProxy {
             .send_replace(self.accepted.load(Ordering::SeqCst));
     }
 
+    /// The connections opened after the next `n` wait — no byte moves, nothing is closed —
+    /// until [`FaultProxy::release_held`], while the others pass as the mode says: a request
+    /// held on its way (an HTTP/1 client opens a connection per concurrent request, so the
+    /// first `n` serve what is already under way, e.g. a read and the watch it turns into).
+    pub fn hold_new_connections_after(&self, n: u64) {
+        self.held_from
+            .send_replace(self.accepted.load(Ordering::SeqCst) + n);
+    }
+
+    /// Lets the held connections go.
+    pub fn release_held(&self) {
+        self.held_from.send_replace(u64::MAX);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
     /// A copy of `base` (any kubeconfig) whose clusters all point at this proxy. It lives as
     /// long as the proxy.
     pub fn kubeconfig_via(&self, base: &Path) -> PathBuf {
@@ -175,6 +200,7 @@ impl Drop for FaultProxy {
 struct Gates {
     mode: watch::Receiver<FaultMode>,
     silenced_below: watch::Receiver<u64>,
+    held_from: watch::Receiver<u64>,
     accepted: Arc<AtomicU64>,
 }
 
@@ -183,6 +209,7 @@ struct Gates {
 struct ConnGate {
     mode: watch::Receiver<FaultMode>,
     silenced_below: watch::Receiver<u64>,
+    held_from: watch::Receiver<u64>,
     id: u64,
 }
 
@@ -197,14 +224,17 @@ impl ConnGate {
         if self.silenced() {
             std::future::pending::<()>().await;
         }
+        let id = self.id;
+        self.held_from.wait_for(|from| id < *from).await.ok()?;
         gate(&mut self.mode).await
     }
 
-    /// Returns when the mode or the silencing changes.
+    /// Returns when the mode, the silencing or the hold changes.
     async fn changed(&mut self) {
         tokio::select! {
             _ = self.mode.changed() => {}
             _ = self.silenced_below.changed() => {}
+            _ = self.held_from.changed() => {}
         }
     }
 }
@@ -223,6 +253,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, gates: Gates) 
         let conn = ConnGate {
             mode: gates.mode.clone(),
             silenced_below: gates.silenced_below.clone(),
+            held_from: gates.held_from.clone(),
             id: gates.accepted.fetch_add(1, Ordering::SeqCst),
         };
         tokio::spawn(serve(client, upstream, conn));

@@ -73,12 +73,16 @@ pub struct Config {
     pub seed: u64,
     /// The kinds of fault to draw from.
     pub kinds: Vec<FaultKind>,
+    /// Whether the electors know their pod's UID (`POD_UID`), as inject sets it. Without it
+    /// (`PME_CAMPAIGN_NO_POD_UID=1`) no elector can adopt: the behaviour before issue 12, for
+    /// before/after figures of the same seed.
+    pub pod_uid: bool,
 }
 
 impl Config {
     /// `PME_CAMPAIGN_DURATION` (humantime, e.g. `10m`), `PME_CAMPAIGN_SEED` (u64),
-    /// `PME_CAMPAIGN_PODS` and `PME_CAMPAIGN_FAULTS` (comma-separated [`FaultKind::id`]s)
-    /// override the defaults; the seed defaults to the clock.
+    /// `PME_CAMPAIGN_PODS`, `PME_CAMPAIGN_FAULTS` (comma-separated [`FaultKind::id`]s) and
+    /// `PME_CAMPAIGN_NO_POD_UID` override the defaults; the seed defaults to the clock.
     pub fn from_env(default_duration: Duration) -> Config {
         let duration = std::env::var("PME_CAMPAIGN_DURATION")
             .ok()
@@ -112,11 +116,13 @@ impl Config {
             Err(_) => FaultKind::DEFAULT.to_vec(),
         };
         assert!(!kinds.is_empty(), "PME_CAMPAIGN_FAULTS names no fault");
+        let pod_uid = std::env::var_os("PME_CAMPAIGN_NO_POD_UID").is_none_or(|v| v.is_empty());
         Config {
             pods,
             duration,
             seed,
             kinds,
+            pod_uid,
         }
     }
 }
@@ -159,6 +165,17 @@ impl Gap {
             None => self.len() > UNEXPLAINED_GAP,
         }
     }
+}
+
+/// What followed one elector restart in place on the leader (see
+/// [`Report::restarts_in_place`]).
+#[derive(Clone, Debug)]
+pub struct RestartInPlace {
+    pub fault: usize,
+    /// The pod kept its leader app running, unrestarted, until the next fault.
+    pub kept: bool,
+    pub app_starts: usize,
+    pub gap: Duration,
 }
 
 /// What a campaign saw.
@@ -213,6 +230,46 @@ impl Report {
             .min()
     }
 
+    /// For every elector restart in place that hit the leader: whether that pod went on
+    /// leading without an app restart until the next fault (or the end), the leader app starts
+    /// in any pod in that stretch, and its longest leaderless gap.
+    pub fn restarts_in_place(&self) -> Vec<RestartInPlace> {
+        let mut found = Vec::new();
+        for (i, fault) in self.faults.iter().enumerate() {
+            let (FaultKind::ElectorRestart, Some(pod), true) =
+                (fault.kind, fault.pod, fault.hit_leader)
+            else {
+                continue;
+            };
+            let until = self
+                .faults
+                .get(i + 1)
+                .map_or(self.stopped_at, |next| next.injected);
+            let kept = self.intervals.iter().any(|iv| {
+                iv.pod == pod && iv.start <= fault.injected && iv.end_or(self.stopped_at) >= until
+            });
+            let app_starts = self
+                .intervals
+                .iter()
+                .filter(|iv| iv.start > fault.injected && iv.start <= until)
+                .count();
+            let gap = self
+                .gaps
+                .iter()
+                .filter(|g| g.from < until && g.to > fault.injected)
+                .map(|g| g.to.min(until).saturating_since(g.from.max(fault.injected)))
+                .max()
+                .unwrap_or(Duration::ZERO);
+            found.push(RestartInPlace {
+                fault: i,
+                kept,
+                app_starts,
+                gap,
+            });
+        }
+        found
+    }
+
     fn t(&self, at: BootInstant) -> String {
         let origin = self.faults.first().map(|f| f.injected).unwrap_or(at);
         if at >= origin {
@@ -258,6 +315,9 @@ impl fmt::Display for Report {
                 e.2 = e.2.max(gap.len());
             }
         }
+        if !self.config.pod_uid {
+            writeln!(f, "electors without POD_UID (no adoption)")?;
+        }
         if self.config.kinds != FaultKind::DEFAULT {
             let ids: Vec<&str> = self.config.kinds.iter().map(|k| k.id()).collect();
             writeln!(f, "fault kinds: {}", ids.join(","))?;
@@ -284,6 +344,20 @@ impl fmt::Display for Report {
             "  * a gap must end within the bound after the fault healed; a lasting fault's gap \
              may start before that (e.g. while etcd is down)"
         )?;
+        let in_place = self.restarts_in_place();
+        if let Some(worst) = in_place.iter().max_by_key(|r| r.gap) {
+            let kept = in_place.iter().filter(|r| r.kept).count();
+            let starts: usize = in_place.iter().map(|r| r.app_starts).sum();
+            writeln!(
+                f,
+                "elector restarts in place on the leader: {}; the pod kept leading without an \
+                 app restart until the next fault: {kept}; leader app starts after them: \
+                 {starts}; longest leaderless gap after one: {:.3}s (fault #{})",
+                in_place.len(),
+                worst.gap.as_secs_f64(),
+                worst.fault
+            )?;
+        }
         let restarts: Vec<String> = self
             .starts
             .iter()
@@ -444,7 +518,7 @@ pub fn run(config: &Config) -> Report {
         .keep();
     let script = pod::write_child_script(&dir);
     let pods: Vec<Pod> = (0..config.pods)
-        .map(|i| Pod::new(i, &dir, &ns, cluster.api_addr(), &script))
+        .map(|i| Pod::new(i, &dir, &ns, cluster.api_addr(), &script, config.pod_uid))
         .collect();
     let observer = Observer::start(pods.iter().map(Pod::records).collect());
     let mut h = Harness {
@@ -595,6 +669,9 @@ impl Harness<'_> {
         match (kind, pod) {
             (FaultKind::ElectorKill, Some(i)) => {
                 missed(self.pods[i].signal_elector(Signal::SIGKILL), &mut note)
+            }
+            (FaultKind::ElectorRestart, Some(i)) => {
+                missed(self.pods[i].restart_elector_in_place(), &mut note)
             }
             (FaultKind::ElectorTerm, Some(i)) => {
                 missed(self.pods[i].signal_elector(Signal::SIGTERM), &mut note)

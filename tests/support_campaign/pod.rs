@@ -61,6 +61,10 @@ struct Life {
 
 pub struct Pod {
     pub name: String,
+    /// The pod's UID, as the downward API gives it to every elector of the pod (`POD_UID`): an
+    /// elector restarted in place adopts the Lease from its predecessor (issue 12). `None`:
+    /// electors without it, which never adopt.
+    pub uid: Option<String>,
     dir: PathBuf,
     port: u16,
     ns: TestNs,
@@ -79,6 +83,7 @@ impl Pod {
         ns: &TestNs,
         api: std::net::SocketAddr,
         child_script: &Path,
+        with_uid: bool,
     ) -> Pod {
         let name = format!("pod-{index}");
         let dir = root.join(&name);
@@ -93,6 +98,8 @@ impl Pod {
         };
         Pod {
             name,
+            // Unique per pod of a campaign; each campaign has its own Lease.
+            uid: with_uid.then(|| format!("00000000-0000-4000-8000-{index:012x}")),
             dir,
             port: free_port(),
             ns: ns.clone(),
@@ -144,8 +151,14 @@ impl Pod {
             "--toggle-url",
             &toggle,
         ];
-        let process =
-            ElectorProcess::elect_with_kubeconfig(&self.name, &self.ns, &self.kubeconfig, &args);
+        let process = ElectorProcess::elect_in_pod(
+            &self.name,
+            self.uid.as_deref(),
+            &self.ns,
+            &self.kubeconfig,
+            &args,
+            |_| {},
+        );
         self.elector.process = Some(process);
         self.elector.started = Instant::now();
         self.elector.starts += 1;
@@ -245,6 +258,25 @@ impl Pod {
 
     pub fn signal_elector(&mut self, sig: Signal) -> bool {
         signal(self.elector.process.as_mut(), sig)
+    }
+
+    /// SIGKILLs the elector and starts it again at once, as the kubelet restarts a crashed
+    /// container the first time; `false` when no elector was running (nothing is started then:
+    /// `tend` restarts it on its own schedule).
+    pub fn restart_elector_in_place(&mut self) -> bool {
+        let Some(p) = self.elector.process.as_mut() else {
+            return false;
+        };
+        if !p.signal_if_running(Signal::SIGKILL) {
+            return false;
+        }
+        let _ = p.wait_exit(Duration::from_secs(5));
+        if let Some(p) = self.elector.process.take() {
+            archive(&self.dir, Which::Elector, &p);
+        }
+        self.elector.restart_at = None;
+        self.start_elector();
+        true
     }
 
     pub fn signal_supervisor(&mut self, sig: Signal) -> bool {

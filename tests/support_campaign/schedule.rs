@@ -68,6 +68,11 @@ impl Rng {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
     ElectorKill,
+    /// SIGKILL of an elector, started again at once with the same pod UID and volume (the
+    /// kubelet's first restart of a crashed container): it adopts the Lease when the rules of
+    /// `election::adoption` allow (issue 12). The report records its gaps and the leader app
+    /// restarts that followed it.
+    ElectorRestart,
     ElectorTerm,
     ElectorStop,
     ChildKill,
@@ -107,8 +112,9 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// The default mix: every kind the design promises to survive.
-    pub const DEFAULT: [FaultKind; 18] = [
+    pub const DEFAULT: [FaultKind; 19] = [
         FaultKind::ElectorKill,
+        FaultKind::ElectorRestart,
         FaultKind::ElectorTerm,
         FaultKind::ElectorStop,
         FaultKind::ChildKill,
@@ -129,8 +135,9 @@ impl FaultKind {
     ];
 
     /// Every kind, the opt-in ones included.
-    pub const ALL: [FaultKind; 19] = [
+    pub const ALL: [FaultKind; 20] = [
         FaultKind::ElectorKill,
+        FaultKind::ElectorRestart,
         FaultKind::ElectorTerm,
         FaultKind::ElectorStop,
         FaultKind::ChildKill,
@@ -155,6 +162,7 @@ impl FaultKind {
     pub fn id(self) -> &'static str {
         match self {
             FaultKind::ElectorKill => "elector-kill",
+            FaultKind::ElectorRestart => "elector-restart",
             FaultKind::ElectorTerm => "elector-term",
             FaultKind::ElectorStop => "elector-stop",
             FaultKind::ChildKill => "child-kill",
@@ -216,6 +224,8 @@ impl FaultKind {
     ///   Control-plane restarts and partitions count from the heal: the record the electors
     ///   last saw then is at least D old or is renewed by its own holder at its next attempt.
     ///   Hand edits count from the edit: a stolen record must age D before anyone takes it.
+    /// - An elector restarted in place adopts the Lease (no gap) or, when it may not, is a
+    ///   follower like any other: the takeover path.
     /// - A graceful SIGTERM of an elector demotes, waits for the ack (without one, at most K +
     ///   the elector's margin), releases, and the watchers take the released Lease at once:
     ///   K + margin + P.
@@ -233,7 +243,11 @@ impl FaultKind {
     pub fn bound(self) -> Duration {
         let takeover = LEASE_DURATION + RETRY_PERIOD;
         let b = match self {
-            FaultKind::ElectorKill | FaultKind::ElectorStop => takeover,
+            // An adoption leaves no gap at all; the bound is that of the fallback (the
+            // restarted elector declines — the inherited grant ran out before it could read
+            // the Lease on a loaded machine, another pod wrote first — and the Lease is taken
+            // over after D like after any kill).
+            FaultKind::ElectorKill | FaultKind::ElectorRestart | FaultKind::ElectorStop => takeover,
             FaultKind::ElectorTerm | FaultKind::HandoverStall => {
                 KILL_GRACE + MIN_MARGIN + RETRY_PERIOD
             }
@@ -256,6 +270,7 @@ impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
             FaultKind::ElectorKill => "elector SIGKILL",
+            FaultKind::ElectorRestart => "elector restart in place",
             FaultKind::ElectorTerm => "elector SIGTERM",
             FaultKind::ElectorStop => "elector SIGSTOP+SIGCONT",
             FaultKind::ChildKill => "child SIGKILL",

@@ -105,10 +105,18 @@ impl Elector {
         true
     }
 
-    /// Releases the Lease if it still names us: holder "" and a one-second duration.
+    /// Whether a hand-over may release the Lease as we last saw it: it names us, or the
+    /// previous elector process of our pod whose step-down we finish (see `adopt`).
+    fn releasable(&self) -> bool {
+        let holder = self.candidate.observed().and_then(Observed::holder);
+        self.named_in_lease() || (holder.is_some() && holder == self.predecessor.as_deref())
+    }
+
+    /// Releases the Lease if it still names us (or the predecessor we hand over for): holder ""
+    /// and a one-second duration.
     pub(super) async fn release(&mut self) {
         for _ in 0..3 {
-            if !self.named_in_lease() {
+            if !self.releasable() {
                 return;
             }
             let Some(current) = self.current.clone() else {

@@ -24,7 +24,7 @@ const MIN_BACKOFF: Duration = Duration::from_millis(25);
 impl Elector {
     /// One of our writes succeeded: keep the returned object (the base and precondition of the
     /// next write) and let the candidate judge it. Our own write's answer is authoritative.
-    fn wrote(
+    pub(super) fn wrote(
         &mut self,
         lease: Lease,
         judge: impl FnOnce(&mut Candidate, BootInstant, Observed) -> Option<Transition>,
@@ -53,7 +53,7 @@ impl Elector {
     }
 
     /// An attempt failed: count it and space the next one out.
-    fn attempt_failed(&mut self) {
+    pub(super) fn attempt_failed(&mut self) {
         self.failures = self.failures.saturating_add(1);
         let next = BootInstant::now().saturating_add(self.failure_backoff());
         self.next_attempt = next;

@@ -29,6 +29,30 @@ impl Elector {
                     format!("{holder} became leader (epoch {epoch})"),
                 );
             }
+            Transition::Adopted {
+                epoch,
+                expiry,
+                from,
+            } => {
+                if self.publish_leader(epoch, expiry).is_err() {
+                    return;
+                }
+                tracing::info!(identity = %holder, %from, epoch, grant_for = ?expiry.saturating_since(now),
+                    "adopted the Lease from this pod's previous elector: the term goes on and the app keeps running");
+                self.metrics.is_leader.set(1);
+                self.metrics.transition("adopted");
+                self.status.update(|s| {
+                    s.epoch = epoch;
+                    s.since = Some(SystemTime::now());
+                    s.last_renew_ok = Some(now);
+                });
+                self.event(
+                    "BecameLeader",
+                    format!(
+                        "{holder} adopted the Lease from {from}, the same pod's previous elector (epoch {epoch})"
+                    ),
+                );
+            }
             Transition::Renewed { epoch, expiry } => {
                 if self.publish_leader(epoch, expiry).is_ok() {
                     self.status.update(|s| s.last_renew_ok = Some(now));

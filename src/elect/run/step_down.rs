@@ -34,6 +34,16 @@ impl StepDown {
         self.sit_out_until.unwrap_or_default()
     }
 
+    /// The step-down limit (0: never).
+    pub(super) fn max_failures(&self) -> u64 {
+        self.max_failures
+    }
+
+    /// Stays out of contention until `until`.
+    pub(super) fn sit_out(&mut self, until: BootInstant) {
+        self.sit_out_until = Some(until);
+    }
+
     /// Whether `failures`, reported for the current term, call for a step-down.
     fn due(&self, failures: u64) -> bool {
         self.max_failures > 0 && failures >= self.max_failures

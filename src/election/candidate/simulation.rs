@@ -16,9 +16,9 @@ use std::time::Duration;
 use super::super::record::LeaseRecord;
 use super::*;
 
-const TICK_MS: u64 = 100;
+pub(super) const TICK_MS: u64 = 100;
 
-fn instant(ms: u64) -> BootInstant {
+pub(super) fn instant(ms: u64) -> BootInstant {
     BootInstant::from_nanos(ms * 1_000_000)
 }
 
@@ -37,16 +37,16 @@ struct Scenario {
     restore: Option<(u64, usize)>,
 }
 
-struct Store {
+pub(super) struct Store {
     /// Every value the Lease had, with the time it was written.
-    history: Vec<(u64, Observed)>,
+    pub(super) history: Vec<(u64, Observed)>,
     revision: u64,
     /// Stands in for the wall clock of renewTime: never goes back, even across a restore.
     writes: u64,
 }
 
 impl Store {
-    fn new() -> Store {
+    pub(super) fn new() -> Store {
         let released = Observed::Present(LeaseRecord {
             holder: None,
             duration: None,
@@ -62,7 +62,7 @@ impl Store {
         }
     }
 
-    fn latest(&self) -> &Observed {
+    pub(super) fn latest(&self) -> &Observed {
         &self.history.last().expect("never empty").1
     }
 
@@ -97,18 +97,40 @@ impl Store {
 
     /// The holder's write (an acquisition or a renewal), conditional on `expected` being the
     /// current resourceVersion.
-    fn write(
+    pub(super) fn write(
         &mut self,
         ms: u64,
         expected: Option<&str>,
         holder: &str,
         duration: Duration,
     ) -> Option<Observed> {
+        let acquisition = self.latest().holder() != Some(holder);
+        self.write_term(ms, expected, holder, duration, acquisition)
+    }
+
+    /// An adoption (`record::adopted`): the holder changes, the term does not.
+    pub(super) fn adopt(
+        &mut self,
+        ms: u64,
+        expected: Option<&str>,
+        holder: &str,
+        duration: Duration,
+    ) -> Option<Observed> {
+        self.write_term(ms, expected, holder, duration, false)
+    }
+
+    fn write_term(
+        &mut self,
+        ms: u64,
+        expected: Option<&str>,
+        holder: &str,
+        duration: Duration,
+        new_term: bool,
+    ) -> Option<Observed> {
         if expected != self.latest().resource_version() {
             return None;
         }
         let current = self.record();
-        let acquisition = current.holder.as_deref() != Some(holder);
         self.writes += 1;
         let stamp = format!("w{}", self.writes);
         Some(self.put(
@@ -116,9 +138,9 @@ impl Store {
             LeaseRecord {
                 holder: Some(holder.to_owned()),
                 duration: Some(duration),
-                transitions: current.transitions + u64::from(acquisition),
+                transitions: current.transitions + u64::from(new_term),
                 renew_time: Some(stamp.clone()),
-                acquire_time: if acquisition {
+                acquire_time: if new_term {
                     Some(stamp)
                 } else {
                     current.acquire_time
@@ -130,17 +152,17 @@ impl Store {
 }
 
 /// A candidate with the driver's habits around it.
-struct Driver {
-    c: Candidate,
+pub(super) struct Driver {
+    pub(super) c: Candidate,
     /// Index of the last history entry delivered by the watch.
-    watched: usize,
+    pub(super) watched: usize,
     /// Until when the consumer may run because of earlier terms (demotion or expiry + K).
     finished_terms_until: BootInstant,
-    term_expiry: Option<BootInstant>,
+    pub(super) term_expiry: Option<BootInstant>,
 }
 
 impl Driver {
-    fn new(id: &str, timing: Timing) -> Driver {
+    pub(super) fn new(id: &str, timing: Timing) -> Driver {
         Driver {
             c: Candidate::new(id, timing),
             watched: 0,
@@ -150,18 +172,20 @@ impl Driver {
     }
 
     /// Until when this candidate's consumer may be in operator mode, as far as is known now.
-    fn consumer_until(&self) -> BootInstant {
+    pub(super) fn consumer_until(&self) -> BootInstant {
         let kill_grace = self.c.timing().kill_grace;
         self.term_expiry.map_or(self.finished_terms_until, |e| {
             self.finished_terms_until.max(e.saturating_add(kill_grace))
         })
     }
 
-    fn apply(&mut self, now: BootInstant, t: Option<Transition>) {
+    pub(super) fn apply(&mut self, now: BootInstant, t: Option<Transition>) {
         match t {
-            Some(Transition::BecameLeader { expiry, .. } | Transition::Renewed { expiry, .. }) => {
-                self.term_expiry = Some(expiry)
-            }
+            Some(
+                Transition::BecameLeader { expiry, .. }
+                | Transition::Adopted { expiry, .. }
+                | Transition::Renewed { expiry, .. },
+            ) => self.term_expiry = Some(expiry),
             Some(Transition::StoppedLeading { .. }) => {
                 if let Some(expiry) = self.term_expiry.take() {
                     let stop = expiry.min(now).saturating_add(self.c.timing().kill_grace);
@@ -174,7 +198,13 @@ impl Driver {
 
     /// Delivers what the watch has for us at `ms`: each entry once, in order; an entry written
     /// by a restore ends the stream, and the watch re-lists with a fresh read of the store.
-    fn watch(&mut self, ms: u64, delay: u64, store: &Store, restore_index: Option<usize>) {
+    pub(super) fn watch(
+        &mut self,
+        ms: u64,
+        delay: u64,
+        store: &Store,
+        restore_index: Option<usize>,
+    ) {
         let now = instant(ms);
         while self.watched + 1 < store.history.len() {
             let next = self.watched + 1;
@@ -198,7 +228,7 @@ impl Driver {
     }
 
     /// A renew or acquisition attempt: on a 409, re-read and retry once at once.
-    fn attempt(&mut self, ms: u64, store: &mut Store) -> bool {
+    pub(super) fn attempt(&mut self, ms: u64, store: &mut Store) -> bool {
         let now = instant(ms);
         let duration = self.c.timing().lease_duration;
         for _ in 0..2 {
