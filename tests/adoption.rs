@@ -108,6 +108,18 @@ fn boot_secs() -> f64 {
 
 /// Before issue 12 the restarted elector published `follower` first: its app was restarted, the
 /// Lease went to whoever took it after the lease duration, and no app ran operators meanwhile.
+/// Waits until `pod`'s restarted elector declines the adoption, for `reason` (a phrase of its
+/// log), and checks it adopted nothing.
+fn assert_declined(pod: &mut Pod, reason: &str) {
+    let declined = wait_until(Duration::from_secs(10), POLL, || {
+        pod.elector_logs().contains("not adopting the Lease")
+    });
+    let logs = pod.elector_logs();
+    assert!(declined, "{logs}");
+    assert!(logs.contains(reason), "{logs}");
+    assert!(!logs.contains("adopted the Lease"), "{logs}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_elector_adopts_the_lease_and_its_app_keeps_running() {
     let ns = Cluster::shared().new_namespace().await;
@@ -213,15 +225,7 @@ async fn a_pod_with_the_same_name_and_another_uid_never_adopts() {
     let other_uid = random_uid();
     let restarted = boot_secs();
     pods[first].elector = Some(pods[first].spawn_elector(Some(&other_uid), &[]));
-    let declined = wait_until(Duration::from_secs(10), POLL, || {
-        pods[first]
-            .elector_logs()
-            .contains("not adopting the Lease")
-    });
-    let logs = pods[first].elector_logs();
-    assert!(declined, "{logs}");
-    assert!(logs.contains("held by another pod"), "{logs}");
-    assert!(!logs.contains("adopted the Lease"), "{logs}");
+    assert_declined(&mut pods[first], "held by another pod");
     // It published follower at its first view of the Lease: the old app stopped then.
     assert!(
         wait_until(Duration::from_secs(5), POLL, || pods[first]
@@ -586,15 +590,7 @@ async fn a_stopped_supervisor_is_not_adopted() {
     pods[first].kill_elector();
     std::thread::sleep(RESTART_DELAY);
     pods[first].restart_elector(&[]);
-    let declined = wait_until(Duration::from_secs(10), POLL, || {
-        pods[first]
-            .elector_logs()
-            .contains("not adopting the Lease")
-    });
-    let logs = pods[first].elector_logs();
-    assert!(declined, "{logs}");
-    assert!(logs.contains("reports that it has stopped"), "{logs}");
-    assert!(!logs.contains("adopted the Lease"), "{logs}");
+    assert_declined(&mut pods[first], "reports that it has stopped");
     let next = wait_for_leading_pod(&pods, Duration::from_secs(20), Some(first));
     assert_eq!(next, other);
     std::thread::sleep(Duration::from_secs(1));

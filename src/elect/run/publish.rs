@@ -17,13 +17,7 @@ impl Elector {
                     return;
                 }
                 tracing::info!(identity = %holder, epoch, grant_for = ?expiry.saturating_since(now), "became leader");
-                self.metrics.is_leader.set(1);
-                self.metrics.transition("became");
-                self.status.update(|s| {
-                    s.epoch = epoch;
-                    s.since = Some(SystemTime::now());
-                    s.last_renew_ok = Some(now);
-                });
+                self.record_leading("became", epoch, now);
                 self.event(
                     "BecameLeader",
                     format!("{holder} became leader (epoch {epoch})"),
@@ -39,13 +33,7 @@ impl Elector {
                 }
                 tracing::info!(identity = %holder, %from, epoch, grant_for = ?expiry.saturating_since(now),
                     "adopted the Lease from this pod's previous elector: the term goes on and the app keeps running");
-                self.metrics.is_leader.set(1);
-                self.metrics.transition("adopted");
-                self.status.update(|s| {
-                    s.epoch = epoch;
-                    s.since = Some(SystemTime::now());
-                    s.last_renew_ok = Some(now);
-                });
+                self.record_leading("adopted", epoch, now);
                 self.event(
                     "BecameLeader",
                     format!(
@@ -86,6 +74,17 @@ impl Elector {
     }
 
     /// Writes and pushes a leader grant; on failure demotes (fail closed) and returns Err.
+    /// Metrics and status of a term that begins here, taken over or adopted.
+    fn record_leading(&mut self, how: &'static str, epoch: u64, now: BootInstant) {
+        self.metrics.is_leader.set(1);
+        self.metrics.transition(how);
+        self.status.update(|s| {
+            s.epoch = epoch;
+            s.since = Some(SystemTime::now());
+            s.last_renew_ok = Some(now);
+        });
+    }
+
     pub(super) fn publish_leader(&mut self, epoch: u64, expiry: BootInstant) -> Result<(), ()> {
         let holder = self.candidate.holder_id().to_owned();
         match self.outputs.leader(&holder, epoch, expiry) {
