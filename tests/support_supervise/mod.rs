@@ -291,8 +291,15 @@ impl Supervisor {
     }
 
     /// Like [`Supervisor::start`], running as `uid` (the test must be root to ask for that).
+    /// The binary runs from a 0755 copy in the sandbox: the cargo target dir may sit where
+    /// another UID cannot reach it (CI keeps it under root's 0700 home).
     pub fn start_as(sb: &Sandbox, flags: &[&str], command: &[&str], uid: u32) -> Self {
-        Self::start_with(BIN, sb, flags, command, Some(uid))
+        let copy = sb.dir.path().join("passmower-elector-as-uid");
+        std::fs::copy(BIN, &copy).expect("copy the binary into the sandbox");
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod the copy");
+        let copy = copy.to_str().expect("sandbox path is UTF-8").to_owned();
+        Self::start_with(&copy, sb, flags, command, Some(uid))
     }
 
     fn start_with(
