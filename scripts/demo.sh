@@ -31,7 +31,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "building passmower-elector (release) and the control plane (cached after the first run)"
 cargo build --release --quiet
-BIN="$ROOT/target/release/passmower-elector"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/passmower-elector"
 # shellcheck source=scripts/control-plane.sh
 source "$ROOT/scripts/control-plane.sh"
 
