@@ -98,12 +98,11 @@ fn the_serving_instance_runs_through_promotion_and_demotion_and_a_leader_instanc
     );
 }
 
-#[test]
-fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_instance_stays() {
-    let sb = Sandbox::new();
+/// An app whose leader instance, and a helper in its process group (its PID in `helper`),
+/// ignore SIGTERM: only SIGKILL ends them. Every start is recorded in `starts`.
+fn term_ignoring_leader_app(sb: &Sandbox) -> std::path::PathBuf {
     let dir = sb.dir.path().display().to_string();
-    // The leader instance and a helper in its group ignore SIGTERM: only SIGKILL ends them.
-    let app = sb.script(
+    sb.script(
         "app.sh",
         &format!(
             "if [ \"$MODE\" = leader ]; then trap '' TERM; \
@@ -111,7 +110,13 @@ fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_insta
              echo \"$$ mode=$MODE\" >> {dir}/starts\n\
              while :; do sleep 0.05; done"
         ),
-    );
+    )
+}
+
+#[test]
+fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_instance_stays() {
+    let sb = Sandbox::new();
+    let app = term_ignoring_leader_app(&sb);
     let sv = start(&sb, &app, &["--kill-grace", "500ms"]);
     let serving = wait_serving(&sv, &sb);
     let ttl = Duration::from_millis(1500);
@@ -147,16 +152,7 @@ fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_insta
 #[test]
 fn a_lapse_noticed_past_expiry_plus_kill_grace_kills_the_leader_instance_at_once() {
     let sb = Sandbox::new();
-    let dir = sb.dir.path().display().to_string();
-    let app = sb.script(
-        "app.sh",
-        &format!(
-            "if [ \"$MODE\" = leader ]; then trap '' TERM; \
-             sh -c \"trap '' TERM; echo \\$\\$ > {dir}/helper; while :; do sleep 0.05; done\" & fi\n\
-             echo \"$$ mode=$MODE\" >> {dir}/starts\n\
-             while :; do sleep 0.05; done"
-        ),
-    );
+    let app = term_ignoring_leader_app(&sb);
     let sv = start(&sb, &app, &["--kill-grace", "2s"]);
     let serving = wait_serving(&sv, &sb);
     let g = leader(1, 1, Duration::from_millis(1500));
