@@ -698,6 +698,9 @@ fn unsafe_or_malformed_flags_exit_2_naming_the_flag() {
             "--toggle-url",
         ),
         (&["--lease-name", "Not_A_Name"], "--lease-name"),
+        (&["--consumer-check", "toggle"], "--consumer-check"),
+        (&["--consumer-timeout", "1s"], "--consumer-timeout"),
+        (&["--consumer-timeout", "11m"], "--consumer-timeout"),
         (
             &["--flag-file", "/nonexistent-dir/grant.json"],
             "--flag-file",

@@ -21,6 +21,11 @@ pub struct Metrics {
     pub api_errors: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Wall-clock Unix time at which the current grant lapses; 0 when not leading.
     pub grant_expiry: Gauge<f64, AtomicU64>,
+    /// 1 while this pod holds a live grant and its consumer's newest signed answer says the
+    /// leader app runs: the figure to alert on ("operators are running here").
+    pub operators_running: Gauge,
+    /// 1 while the consumer has shown it runs and obeys, so this pod may take the Lease.
+    pub may_contend: Gauge,
 }
 
 impl Metrics {
@@ -33,6 +38,8 @@ impl Metrics {
             ]),
             api_errors: Family::default(),
             grant_expiry: Gauge::default(),
+            operators_running: Gauge::default(),
+            may_contend: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("passmower_elector");
         registry.register(
@@ -59,6 +66,16 @@ impl Metrics {
             "grant_expiry_timestamp_seconds",
             "Unix time at which the current grant lapses unless renewed; 0 when not leading",
             m.grant_expiry.clone(),
+        );
+        registry.register(
+            "operators_running",
+            "1 while this pod holds a live grant and its app's supervisor says (signed) that the leader app runs; the sum over pods is the number of pods running operators",
+            m.operators_running.clone(),
+        );
+        registry.register(
+            "may_contend",
+            "1 while the app's supervisor answers (signed) so this pod may take the Lease; 0 when it has not started, stopped answering, exited or cannot read the token",
+            m.may_contend.clone(),
         );
         (m, registry)
     }

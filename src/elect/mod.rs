@@ -2,6 +2,7 @@
 //! own pod while it holds it: `args` → validated `ElectConfig` → the election loop (`run`),
 //! which feeds the outputs (flag file + toggle), probes, metrics and Events.
 
+pub mod consumer;
 pub mod events;
 pub mod metrics;
 pub mod outputs;
@@ -18,6 +19,7 @@ use hyper::Uri;
 
 use crate::config::{parse_positive_duration, ConfigError};
 use crate::election::Timing;
+use consumer::{CheckMode, ConsumerCheck};
 
 /// Where the service-account namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -77,6 +79,19 @@ pub struct ElectArgs {
         default_value = "3"
     )]
     pub max_leader_failures: u64,
+    /// How to tell that the app's consumer (the supervisor, or a native app) runs and obeys:
+    /// `toggle` (signed answers to pushes; followers' last object is pushed again every retry
+    /// period), `ack-file` (its signed ack file keeps up with our objects), or `none` (contend
+    /// regardless). `auto`: `toggle` with --toggle-url, else `ack-file`. Without that proof the
+    /// pod does not contend, and a leader whose consumer goes quiet steps down.
+    #[arg(long, env = "ELECTOR_CONSUMER_CHECK", value_name = "auto|toggle|ack-file|none",
+        default_value = "auto", value_parser = ["auto", "toggle", "ack-file", "none"])]
+    pub consumer_check: String,
+    /// How long the consumer may go without a signed answer before this pod stops contending
+    /// or, when leading, steps down [default: the lease duration]. At least kill grace + 1s and
+    /// two retry periods (a promotion is answered once the leader app runs), at most 10m.
+    #[arg(long, env = "ELECTOR_CONSUMER_TIMEOUT", value_parser = parse_positive_duration)]
+    pub consumer_timeout: Option<Duration>,
 }
 
 /// The validated configuration of the `elect` role.
@@ -98,6 +113,8 @@ pub struct ElectConfig {
     pub events: bool,
     /// Failed leader starts in a row after which this pod steps down (0: never).
     pub max_leader_failures: u64,
+    /// How the consumer proves it is alive, and for how long it may stay quiet.
+    pub consumer: ConsumerCheck,
 }
 
 impl ElectArgs {
@@ -176,6 +193,12 @@ impl ElectArgs {
             .filter(|u| !u.is_empty())
             .map(|u| parse_toggle_url(&u))
             .transpose()?;
+        let consumer = consumer_check(
+            &self.consumer_check,
+            self.consumer_timeout,
+            toggle_url.is_some(),
+            &timing,
+        )?;
         Ok(ElectConfig {
             lease_name: self.lease_name,
             namespace,
@@ -187,8 +210,52 @@ impl ElectArgs {
             probe_addr: self.probe_addr,
             events: !self.no_events,
             max_leader_failures: self.max_leader_failures,
+            consumer,
         })
     }
+}
+
+/// The longest `--consumer-timeout`: past it a dead consumer would hold the Lease for longer
+/// than anyone waits for a failover.
+const MAX_CONSUMER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `--consumer-check` and `--consumer-timeout`, validated against each other and the timings.
+fn consumer_check(
+    mode: &str,
+    timeout: Option<Duration>,
+    has_toggle: bool,
+    timing: &Timing,
+) -> Result<ConsumerCheck, ConfigError> {
+    let mode = match mode {
+        "auto" if has_toggle => CheckMode::Toggle,
+        "auto" | "ack-file" => CheckMode::AckFile,
+        "toggle" if has_toggle => CheckMode::Toggle,
+        "toggle" => {
+            return Err(ConfigError::new(
+                "--consumer-check",
+                mode,
+                "toggle needs --toggle-url (or use ack-file, auto or none)",
+            ))
+        }
+        _ => CheckMode::Off,
+    };
+    let timeout = timeout.unwrap_or(timing.lease_duration);
+    // A promotion is answered once the leader app runs: in restart mode that is after the
+    // follower app stopped (up to kill grace) and the leader app started; a follower's repeat
+    // push comes every retry period. A shorter timeout would call a healthy consumer silent.
+    let floor = (timing.kill_grace + Duration::from_secs(1)).max(timing.retry_period * 2);
+    if timeout < floor || timeout > MAX_CONSUMER_TIMEOUT {
+        return Err(ConfigError::new(
+            "--consumer-timeout",
+            crate::config::human(timeout),
+            format!(
+                "must be between {} (kill grace + 1s, and two retry periods) and {}",
+                crate::config::human(floor),
+                crate::config::human(MAX_CONSUMER_TIMEOUT)
+            ),
+        ));
+    }
+    Ok(ConsumerCheck { mode, timeout })
 }
 
 fn default_namespace() -> Option<String> {

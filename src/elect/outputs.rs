@@ -6,11 +6,13 @@
 //! Before the first object, the token file gives consumers this incarnation's key; every object
 //! is signed with it, and only acks signed with it count. `push` holds the toggle's pusher.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyper::Uri;
 
+use super::consumer::Evidence;
 use crate::clock::{self, BootInstant};
 use crate::grant::auth::{self, AuthError, Key, Token};
 use crate::grant::{self, Grant, GrantError, Mode, Order, Sequencer};
@@ -39,7 +41,13 @@ pub struct Outputs {
     term_start: Order,
     /// Whether the last object published was a leader grant.
     leading: bool,
+    /// Objects published and not yet known to be acked, oldest first, with when each was
+    /// published: how long the consumer has been behind (see [`Outputs::consumer_evidence`]).
+    unacked: VecDeque<(Order, BootInstant)>,
 }
+
+/// Most unacked publications remembered; the oldest is always kept (it dates the silence).
+const MAX_UNACKED: usize = 1024;
 
 /// How a demotion was acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +67,7 @@ impl Outputs {
         lease_ref: String,
         toggle_url: Option<Uri>,
         push_timeout: Duration,
+        heartbeat: Duration,
         renew_deadline: Duration,
         kill_grace: Duration,
     ) -> Result<Self, AuthError> {
@@ -68,7 +77,8 @@ impl Outputs {
             flag_file,
             lease_ref,
             sequencer: Sequencer::start(),
-            toggle: toggle_url.map(|url| Toggle::spawn(url, push_timeout, key.clone(), ack_file)),
+            toggle: toggle_url
+                .map(|url| Toggle::spawn(url, push_timeout, heartbeat, key.clone(), ack_file)),
             key,
             token_written: false,
             renew_deadline,
@@ -76,6 +86,7 @@ impl Outputs {
             leader_on_disk: None,
             term_start: Order::default(),
             leading: false,
+            unacked: VecDeque::new(),
         })
     }
 
@@ -128,6 +139,7 @@ impl Outputs {
         // Even a failed write may have reached the file (rename done, directory fsync failed):
         // assume the consumer can see this expiry either way.
         self.leader_on_disk = Some(self.leader_on_disk.map_or(expiry, |e| e.max(expiry)));
+        self.note_published(grant.order());
         grant::write_file(&self.flag_file, &grant)?;
         self.push(grant.clone());
         Ok(grant.order())
@@ -139,6 +151,7 @@ impl Outputs {
         let order = self.sequencer.next_order();
         let grant = self.seal(Grant::follower(holder, epoch, order, &self.lease_ref));
         self.leading = false;
+        self.note_published(grant.order());
         let written = self
             .ensure_token()
             .and_then(|()| grant::write_file(&self.flag_file, &grant));
@@ -167,6 +180,30 @@ impl Outputs {
         self.term_start
     }
 
+    fn note_published(&mut self, order: Order) {
+        if self.unacked.len() >= MAX_UNACKED {
+            self.unacked.remove(1);
+        }
+        self.unacked.push_back((order, BootInstant::now()));
+    }
+
+    /// What the consumer has shown of itself: the mode of its newest signed ack, when the
+    /// toggle last answered, and since when it has been behind our objects. Forgets the
+    /// publications the newest ack covers.
+    pub fn consumer_evidence(&mut self) -> Evidence {
+        let report = self.consumer_report();
+        if let Some(acked) = report.as_ref().map(Grant::order) {
+            while self.unacked.front().is_some_and(|(o, _)| *o <= acked) {
+                self.unacked.pop_front();
+            }
+        }
+        Evidence {
+            acked_mode: report.map(|r| r.mode),
+            last_answer: self.toggle.as_ref().and_then(|t| *t.answered.borrow()),
+            oldest_unacked: self.unacked.front().map(|(_, at)| *at),
+        }
+    }
+
     fn push(&self, grant: Grant) {
         if let Some(toggle) = &self.toggle {
             toggle.latest.send_replace(Some(grant));
@@ -191,7 +228,9 @@ impl Outputs {
     pub fn consumer_report(&self) -> Option<Grant> {
         let from_file = read_verified_ack(&grant::ack_path(&self.flag_file), &self.key);
         let from_toggle = self.toggle.as_ref().and_then(|t| t.acked.borrow().clone());
-        [from_file, from_toggle]
+        // On equal orders the file wins: the consumer rewrites it on every change of its ack
+        // (a `stopped` at exit included), while an answer to a repeated push restates the last.
+        [from_toggle, from_file]
             .into_iter()
             .flatten()
             .filter(|a| a.incarnation == self.incarnation())
@@ -268,6 +307,7 @@ mod tests {
             flag_file,
             "ns/l".into(),
             None,
+            Duration::from_secs(1),
             Duration::from_secs(1),
             Duration::from_secs(10),
             Duration::from_secs(3),

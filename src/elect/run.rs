@@ -31,6 +31,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
 
+use super::consumer::{ConsumerCheck, ConsumerState};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::outputs::Outputs;
@@ -129,6 +130,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         api.reference(),
         config.toggle_url.clone(),
         push_timeout,
+        config.timing.retry_period,
         config.timing.renew_deadline,
         config.timing.kill_grace,
     ) {
@@ -155,6 +157,8 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         renew_deadline = ?config.timing.renew_deadline,
         retry_period = ?config.timing.retry_period,
         kill_grace = ?config.timing.kill_grace,
+        consumer_check = config.consumer.mode.as_str(),
+        consumer_timeout = ?config.consumer.timeout,
         "elector starting"
     );
     let now = BootInstant::now();
@@ -178,6 +182,9 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         inheritance,
         adopting: false,
         predecessor: None,
+        consumer_check: config.consumer,
+        consumer: ConsumerState::Unproven,
+        consumer_live_at: now,
     };
     elector.run(signals).await
 }
@@ -218,6 +225,13 @@ struct Elector {
     /// The record of our pod's previous elector process that a hand-over releases too (when
     /// the app it led keeps failing, see `adopt`).
     predecessor: Option<String>,
+    /// How the consumer proves it is alive (see [`super::consumer`]).
+    consumer_check: ConsumerCheck,
+    /// The consumer's state as last judged: only a live one lets this pod contend.
+    consumer: ConsumerState,
+    /// When the consumer was last judged live, or this pod's term began (whichever is later):
+    /// a leader whose consumer stays unproven for the consumer timeout after it steps down.
+    consumer_live_at: BootInstant,
 }
 
 impl Elector {
@@ -240,6 +254,7 @@ impl Elector {
                 self.hand_over(None).await;
             }
             self.step_down_if_app_failing(now).await;
+            self.check_consumer(now).await;
             if std::mem::take(&mut self.restart_watch) {
                 // Dropping the old handle stops its task, stuck as it may be.
                 watch = self.api.spawn_watch(timing.retry_period);
@@ -270,7 +285,7 @@ impl Elector {
             return self.next_attempt.min(heartbeat);
         }
         let wake = match self.candidate.free_at() {
-            Some(free) if self.outputs_healthy => free
+            Some(free) if self.outputs_healthy && self.consumer.may_contend() => free
                 .max(self.next_attempt)
                 .max(self.step_down.sit_out_end())
                 .min(heartbeat),
@@ -398,7 +413,10 @@ impl Elector {
         }
         if self.candidate.is_leader() {
             self.renew().await;
-        } else if self.candidate.may_acquire(now) && !self.step_down.sitting_out(now) {
+        } else if self.candidate.may_acquire(now)
+            && !self.step_down.sitting_out(now)
+            && self.consumer.may_contend()
+        {
             self.acquire().await;
         }
     }

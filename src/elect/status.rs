@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use super::consumer::ConsumerState;
 use crate::clock::{self, BootInstant};
 
 /// A snapshot of the election as seen by this pod.
@@ -28,6 +29,10 @@ pub struct Status {
     pub loop_heartbeat: BootInstant,
     /// Last successful renew (or acquire), when leading.
     pub last_renew_ok: Option<BootInstant>,
+    /// The consumer as last judged (None before the first judgement).
+    pub consumer: Option<ConsumerState>,
+    /// Leading, and the consumer says the leader app runs.
+    pub operators_running: bool,
 }
 
 /// Shared, cheaply cloned handle to the status.
@@ -61,6 +66,15 @@ pub struct LeaderView {
     pub since: Option<String>,
     pub grant_expires_at: Option<String>,
     pub grant_expires_boottime_ns: u64,
+    /// Leading, and the app's supervisor says (signed) that the leader app runs: what a user
+    /// alerts on. `is_leader` alone says only what the elector holds.
+    pub operators_running: bool,
+    /// Whether this pod may take the Lease: its consumer has shown that it runs and obeys.
+    pub contending: bool,
+    /// The consumer as the elector sees it: `live`, `unproven`, `silent`, `stopped` or
+    /// `unchecked`, with the reason in words.
+    pub consumer: String,
+    pub consumer_reason: String,
 }
 
 impl Status {
@@ -86,6 +100,15 @@ impl Status {
                 .grant_expiry
                 .filter(|_| is_leader)
                 .map_or(0, |e| e.as_nanos()),
+            operators_running: is_leader && self.operators_running,
+            contending: self.consumer.is_some_and(ConsumerState::may_contend),
+            consumer: self
+                .consumer
+                .map_or("unknown", ConsumerState::name)
+                .to_owned(),
+            consumer_reason: self
+                .consumer
+                .map_or_else(|| "not judged yet".to_owned(), |c| c.to_string()),
         }
     }
 

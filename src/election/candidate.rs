@@ -38,6 +38,9 @@ pub enum StopReason {
     OutputFailed,
     /// The app failed to start as leader this many times in a row: let another pod try.
     AppFailing { failures: u64 },
+    /// The app's consumer (its supervisor) has exited or stopped answering: nothing would
+    /// reconcile here. `state` says what was seen.
+    ConsumerGone { state: String },
 }
 
 impl std::fmt::Display for StopReason {
@@ -58,6 +61,7 @@ impl std::fmt::Display for StopReason {
                 f,
                 "the app exited on its own {failures} times in a row as leader: stepping down"
             ),
+            StopReason::ConsumerGone { state } => write!(f, "{state}: stepping down"),
         }
     }
 }

@@ -72,6 +72,11 @@ impl ElectorProcess {
         if let Some(uid) = uid {
             env.push(("POD_UID", OsStr::new(uid)));
         }
+        // An elector with no toggle has no consumer in these tests (the grant oracles read the
+        // flag file), so it would never prove one and never contend; a flag still wins.
+        if !args.iter().any(|a| a.starts_with("--toggle-url")) {
+            env.push(("ELECTOR_CONSUMER_CHECK", OsStr::new("none")));
+        }
         Self::spawn_program_customized(
             pod,
             Path::new(env!("CARGO_BIN_EXE_passmower-elector")),

@@ -36,6 +36,9 @@ pub struct PodSpec {
     pub proxy: bool,
     /// The four election timings as `elect` flags; [`support::FAST_TIMINGS`] when empty.
     pub timings: Vec<String>,
+    /// The app container is down before the elector starts (its image could not be pulled, it
+    /// was OOM-killed): nothing listens on the toggle and nothing reads the flag file.
+    pub app_container_down: bool,
 }
 
 pub struct Pod {
@@ -147,8 +150,30 @@ impl Pod {
             spec,
             ns: ns.clone(),
         };
+        if pod.spec.app_container_down {
+            pod.kill_app_container();
+        }
         pod.elector = Some(pod.spawn_elector(Some(&pod.uid.clone()), &[]));
         pod
+    }
+
+    /// SIGKILLs the whole app container, as an OOM kill does: the supervisor and the app's
+    /// process group, with no chance to write `stopped` to the ack file. Returns when (boot
+    /// clock seconds, as the apps record) the app was killed.
+    pub fn kill_app_container(&mut self) -> f64 {
+        let app = self.supervisor.mode()["child_pid"].as_i64();
+        let at = crate::support_supervise::boot_secs();
+        if let Some(app) = app {
+            // The supervisor starts each app in a process group of its own.
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(-(app as i32)), Signal::SIGKILL);
+        }
+        self.supervisor.signal(Signal::SIGKILL);
+        assert!(
+            self.supervisor.wait_exit(Duration::from_secs(10)).is_some(),
+            "the SIGKILLed supervisor did not exit"
+        );
+        at
     }
 
     /// Starts another elector process in this pod (same flag file, toggle and proxy) with pod

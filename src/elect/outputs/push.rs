@@ -28,19 +28,32 @@ pub(super) struct Toggle {
     pub(super) acked: watch::Receiver<Option<Grant>>,
     /// A demotion the ack file has confirmed: it and everything older need no further push.
     pub(super) settled: watch::Sender<Order>,
+    /// When the newest 2xx with a verified ack arrived: the consumer's proof of life.
+    pub(super) answered: watch::Receiver<Option<BootInstant>>,
 }
 
 impl Toggle {
-    pub(super) fn spawn(url: Uri, timeout: Duration, key: Key, ack_file: PathBuf) -> Self {
+    /// Starts the pusher. `heartbeat`: how long an answered object may go without a newer one
+    /// before it is pushed again, so a quiet follower's consumer still shows it is alive.
+    pub(super) fn spawn(
+        url: Uri,
+        timeout: Duration,
+        heartbeat: Duration,
+        key: Key,
+        ack_file: PathBuf,
+    ) -> Self {
         let (latest, rx) = watch::channel(None);
         let (ack_tx, acked) = watch::channel(None);
         let (settled, settled_rx) = watch::channel(Order::default());
+        let (answered_tx, answered) = watch::channel(None);
         let pusher = Pusher {
             url,
             timeout,
+            heartbeat,
             key,
             ack_file,
             acked: ack_tx,
+            answered: answered_tx,
             settled: settled_rx,
         };
         tokio::spawn(pusher.run(rx));
@@ -48,6 +61,7 @@ impl Toggle {
             latest,
             acked,
             settled,
+            answered,
         }
     }
 }
@@ -55,10 +69,12 @@ impl Toggle {
 struct Pusher {
     url: Uri,
     timeout: Duration,
+    heartbeat: Duration,
     key: Key,
     /// The consumer's ack file: a verified `stopped` there explains why nobody answers.
     ack_file: PathBuf,
     acked: watch::Sender<Option<Grant>>,
+    answered: watch::Sender<Option<BootInstant>>,
     settled: watch::Receiver<Order>,
 }
 
@@ -111,8 +127,12 @@ impl Pusher {
                     failures = 0;
                     backoff = Duration::from_millis(25);
                     self.acked.send_replace(Some(ack));
-                    if latest.changed().await.is_err() {
-                        return;
+                    self.answered.send_replace(Some(BootInstant::now()));
+                    // The same object again after a heartbeat without news: the consumer
+                    // answers a repeat once it is still in effect (see `supervise`'s Repeat).
+                    tokio::select! {
+                        changed = latest.changed() => if changed.is_err() { return; },
+                        _ = tokio::time::sleep(self.heartbeat) => {}
                     }
                 }
                 Err(why) => {

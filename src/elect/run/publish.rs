@@ -76,6 +76,9 @@ impl Elector {
     /// Writes and pushes a leader grant; on failure demotes (fail closed) and returns Err.
     /// Metrics and status of a term that begins here, taken over or adopted.
     fn record_leading(&mut self, how: &'static str, epoch: u64, now: BootInstant) {
+        // The consumer's timeout counts from the term's start at the earliest (an adopted term
+        // may begin before the consumer has answered this incarnation).
+        self.consumer_live_at = now;
         self.metrics.is_leader.set(1);
         self.metrics.transition(how);
         self.status.update(|s| {

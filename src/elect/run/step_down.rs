@@ -1,10 +1,12 @@
 //! Stepping down for a leader whose app cannot run: when the supervisor reports that the app
-//! exited on its own too many times in a row in leader mode, hand the Lease over like a shutdown
-//! would, then stay out of contention for one lease duration so another pod can try. If nobody
-//! else takes it, this pod may lead again afterwards.
+//! exited on its own too many times in a row in leader mode, or when the consumer stops
+//! answering (see [`crate::elect::consumer`]), hand the Lease over like a shutdown would, then
+//! stay out of contention for one lease duration so another pod can try. If nobody else takes
+//! it, this pod may lead again afterwards.
 
 use super::Elector;
 use crate::clock::BootInstant;
+use crate::elect::consumer::{self, ConsumerState};
 use crate::election::StopReason;
 
 /// The step-down rule's settings and state.
@@ -69,6 +71,62 @@ impl Elector {
         tracing::warn!(failures, sit_out = ?sit_out,
             "the app keeps exiting as leader; stepping down so another pod can try");
         if let Some(t) = self.candidate.demote(StopReason::AppFailing { failures }) {
+            self.apply(t, now);
+        }
+        self.hand_over(None).await;
+        self.step_down.sit_out_until = Some(BootInstant::now().saturating_add(sit_out));
+    }
+
+    /// Judges the consumer from its latest signed answers and acks: publishes the state
+    /// (status, metrics, a log line and an Event when it changes) and, while leading, steps
+    /// down when the consumer has exited, has been silent for the consumer timeout, or has not
+    /// answered at all for that long since this term began.
+    pub(super) async fn check_consumer(&mut self, now: BootInstant) {
+        let evidence = self.outputs.consumer_evidence();
+        let state = consumer::judge(self.consumer_check, evidence, now);
+        let before = std::mem::replace(&mut self.consumer, state);
+        if state.may_contend() {
+            self.consumer_live_at = now;
+        }
+        let leading = self.candidate.is_leader();
+        self.metrics.may_contend.set(i64::from(state.may_contend()));
+        let running = leading && (state.runs_leader() || state == ConsumerState::Unchecked);
+        self.metrics.operators_running.set(i64::from(running));
+        self.status.update(|s| {
+            s.consumer = Some(state);
+            s.operators_running = running;
+        });
+        if state.name() != before.name() {
+            if state.may_contend() {
+                tracing::info!(consumer = state.name(), "{state}: contending for the Lease");
+            } else {
+                tracing::warn!(
+                    consumer = state.name(),
+                    "not contending for the Lease: {state}"
+                );
+                self.event(
+                    "NotContending",
+                    format!("not contending for the Lease: {state}"),
+                );
+            }
+        }
+        if !leading || state.may_contend() {
+            return;
+        }
+        let timeout = self.consumer_check.timeout;
+        let due = match state {
+            ConsumerState::Stopped | ConsumerState::Silent { .. } => true,
+            _ => now.saturating_since(self.consumer_live_at) > timeout,
+        };
+        if !due {
+            return;
+        }
+        let sit_out = self.candidate.timing().lease_duration;
+        tracing::warn!(consumer = state.name(), sit_out = ?sit_out,
+            "{state}: stepping down so a pod whose app runs can lead");
+        if let Some(t) = self.candidate.demote(StopReason::ConsumerGone {
+            state: state.to_string(),
+        }) {
             self.apply(t, now);
         }
         self.hand_over(None).await;
