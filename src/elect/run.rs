@@ -183,7 +183,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         adopting: false,
         predecessor: None,
         consumer_check: config.consumer,
-        consumer: ConsumerState::Unproven,
+        consumer: None,
         consumer_live_at: now,
     };
     elector.run(signals).await
@@ -227,8 +227,9 @@ struct Elector {
     predecessor: Option<String>,
     /// How the consumer proves it is alive (see [`super::consumer`]).
     consumer_check: ConsumerCheck,
-    /// The consumer's state as last judged: only a live one lets this pod contend.
-    consumer: ConsumerState,
+    /// The consumer's state as last judged (None before the first judgement): only a live one
+    /// lets this pod contend.
+    consumer: Option<ConsumerState>,
     /// When the consumer was last judged live, or this pod's term began (whichever is later):
     /// a leader whose consumer stays unproven for the consumer timeout after it steps down.
     consumer_live_at: BootInstant,
@@ -277,6 +278,11 @@ impl Elector {
         }
     }
 
+    /// Whether the consumer, as last judged, lets this pod take the Lease.
+    fn may_contend(&self) -> bool {
+        self.consumer.is_some_and(ConsumerState::may_contend)
+    }
+
     /// When the loop must next act: a renew or acquisition attempt, a follower's re-check, or
     /// at least every retry period (heartbeat, fail-closed retry).
     fn next_wake(&self, now: BootInstant) -> BootInstant {
@@ -285,7 +291,7 @@ impl Elector {
             return self.next_attempt.min(heartbeat);
         }
         let wake = match self.candidate.free_at() {
-            Some(free) if self.outputs_healthy && self.consumer.may_contend() => free
+            Some(free) if self.outputs_healthy && self.may_contend() => free
                 .max(self.next_attempt)
                 .max(self.step_down.sit_out_end())
                 .min(heartbeat),
@@ -415,7 +421,7 @@ impl Elector {
             self.renew().await;
         } else if self.candidate.may_acquire(now)
             && !self.step_down.sitting_out(now)
-            && self.consumer.may_contend()
+            && self.may_contend()
         {
             self.acquire().await;
         }

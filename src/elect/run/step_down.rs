@@ -84,7 +84,7 @@ impl Elector {
     pub(super) async fn check_consumer(&mut self, now: BootInstant) {
         let evidence = self.outputs.consumer_evidence();
         let state = consumer::judge(self.consumer_check, evidence, now);
-        let before = std::mem::replace(&mut self.consumer, state);
+        let before = self.consumer.replace(state);
         if state.may_contend() {
             self.consumer_live_at = now;
         }
@@ -96,7 +96,7 @@ impl Elector {
             s.consumer = Some(state);
             s.operators_running = running;
         });
-        if state.name() != before.name() {
+        if before.map(ConsumerState::name) != Some(state.name()) {
             if state.may_contend() {
                 tracing::info!(consumer = state.name(), "{state}: contending for the Lease");
             } else {
