@@ -596,8 +596,8 @@ async fn only_the_lease_holders_pod_may_write_operator_objects() {
 }
 
 /// Why a missing Lease opens the fence (`parameterNotFoundAction: Allow`): the apiserver looks
-/// the parameter up before it evaluates the matchConditions, so with `Deny` a missing Lease
-/// refuses matched writes by anyone — here the admin's Pod create, as it would refuse the
+/// the parameter up before it evaluates the matchConditions, so with `Deny` (and failurePolicy
+/// Fail) a missing Lease refuses matched writes by anyone — here the admin's Pod create, as it would refuse the
 /// ReplicaSet controller creating the Passmower pods of a fresh install, whose electors are what
 /// creates the Lease. A private apiserver: for a while nobody can create a Pod in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,6 +607,16 @@ async fn deny_on_a_missing_lease_would_refuse_everyones_writes() {
     let ns = cluster.new_namespace().await;
     set_holder(&admin, &ns, None).await;
     let policy = install_fence(&admin, &ns).await;
+    // A missing parameter with Deny is an error of the policy, which inject's failurePolicy
+    // (Ignore) would swallow: Fail shows what Deny alone does.
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .patch(
+            &policy,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"failurePolicy": "Fail"}})),
+        )
+        .await
+        .expect("set failurePolicy Fail");
     let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone());
     let set_action = |action: &'static str| {
         let (bindings, policy) = (bindings.clone(), policy.clone());
@@ -769,12 +779,182 @@ async fn other_users_and_other_resources_are_not_fenced() {
     remove_fence(&admin, &policy).await;
 }
 
-/// Right after an apiserver start, the policy plugin and its Lease informer are not synced:
-/// the fence then denies (failurePolicy Fail) rather than admits. Measured here: how long
-/// after `/readyz` says ok the holder's writes are admitted again, and what is answered
-/// before. Asserted: the pod that does not hold the Lease is never admitted meanwhile.
+/// An unrelated user's Secret writes (create, update, delete) in `ns`: each must be admitted.
+/// A write that reaches no apiserver (it is restarting) is `Err((0, _))`.
+async fn unrelated_secret_writes(admin: &kube::Client, ns: &str, name: &str) -> [Verdict; 3] {
+    let api = Api::<Secret>::namespaced(admin.clone(), ns);
+    let lenient = |r: Result<(), kube::Error>| match r {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) => Err((s.code, s.message)),
+        Err(e) => Err((0, e.to_string())),
+    };
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        string_data: Some([("password".to_owned(), "s".to_owned())].into()),
+        ..Default::default()
+    };
+    let create = lenient(api.create(&PostParams::default(), &secret).await.map(drop));
+    let patch = json!({"metadata": {"labels": {"patched": "yes"}}});
+    let update = lenient(
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop),
+    );
+    let delete = lenient(api.delete(name, &DeleteParams::default()).await.map(drop));
+    [create, update, delete]
+}
+
+#[track_caller]
+fn assert_all_admitted(state: &str, verdicts: &[Verdict; 3]) {
+    for (what, v) in ["create", "update", "delete"].iter().zip(verdicts) {
+        assert_admitted(
+            &format!("{state}: an unrelated namespace's Secret {what} by the admin"),
+            v,
+        );
+    }
+}
+
+/// The fence must never hurt the cluster: its binding matches every Secret write and Pod
+/// create, and the apiserver looks the Lease up before the matchConditions run, so any failure
+/// of that look-up (the Lease informer not synced, stopped or broken) would, under
+/// failurePolicy Fail, refuse every such write by anyone. With Ignore, an unrelated user's
+/// Secret writes in an unrelated namespace stay admitted whatever happens to the Lease and the
+/// fence: missing, created, deleted, recreated, the binding deleted and recreated (which stops
+/// and restarts the apiserver's Lease informer for policies), and right after an apiserver
+/// restart, from its first answer on. A private apiserver, as it is restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_an_apiserver_restart_the_fence_fails_closed_until_it_has_the_lease() {
+async fn unrelated_writes_are_admitted_whatever_the_lease_and_the_fence_go_through() {
+    use support::cluster::ControlPlaneProcess;
+    let cluster = std::sync::Arc::new(Cluster::start_private());
+    install_crds(&cluster).await;
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_namespace().await;
+    let other = cluster.new_namespace().await;
+    grant_passmower_rights(&admin, &ns.name, SA).await;
+    let a = FakePod::create(&cluster, &ns.name, "passmower-a", SA).await;
+    let b = FakePod::create(&cluster, &ns.name, "passmower-b", SA).await;
+    create_client(&admin, &ns.name, "app").await;
+    let mut n = 0;
+    let mut writes = || {
+        n += 1;
+        let (admin, other) = (admin.clone(), other.name.clone());
+        async move { unrelated_secret_writes(&admin, &other, &format!("unrelated-{n}")).await }
+    };
+
+    set_holder(&admin, &ns, None).await;
+    let policy = install_fence(&admin, &ns).await;
+    assert_all_admitted("the Lease missing", &writes().await);
+    set_holder(&admin, &ns, Some(&a.holder("1a2b3c4d"))).await;
+    until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("the fence never took effect within 30s");
+    assert_all_admitted("the Lease held", &writes().await);
+    set_holder(&admin, &ns, None).await;
+    assert_all_admitted("the Lease just deleted", &writes().await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_all_admitted("the Lease deleted", &writes().await);
+    set_holder(&admin, &ns, Some(&a.holder("1a2b3c4d"))).await;
+    assert_all_admitted("the Lease just recreated", &writes().await);
+    until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("the recreated Lease never closed the fence within 30s");
+    assert_all_admitted("the Lease recreated", &writes().await);
+
+    // No binding names a Lease parameter for longer than the policy source's refresh (1s):
+    // the apiserver drops its Lease informer for policies, and starts one again for the new
+    // binding.
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone());
+    let binding = bindings.get(&policy).await.expect("the fence binding");
+    bindings
+        .delete(&policy, &DeleteParams::default())
+        .await
+        .expect("delete the fence binding");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_all_admitted("the binding deleted", &writes().await);
+    let mut recreated = binding.clone();
+    recreated.metadata = ObjectMeta {
+        name: binding.metadata.name.clone(),
+        labels: binding.metadata.labels.clone(),
+        annotations: binding.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    bindings
+        .create(&PostParams::default(), &recreated)
+        .await
+        .expect("recreate the fence binding");
+    assert_all_admitted("the binding just recreated", &writes().await);
+    let closed = until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await;
+    assert_all_admitted("the binding recreated", &writes().await);
+    println!(
+        "binding recreated: the fence refused the other pod again after {closed:?} (None: it \
+         stayed open for 30s)"
+    );
+
+    // Restarted: from the first answer of the new apiserver on, every unrelated write is
+    // admitted (one that reaches no apiserver only marks the outage).
+    let c = cluster.clone();
+    let restart = tokio::task::spawn_blocking(move || {
+        c.stop(
+            ControlPlaneProcess::KubeApiserver,
+            nix::sys::signal::Signal::SIGTERM,
+            Duration::from_secs(15),
+        );
+        c.restart(ControlPlaneProcess::KubeApiserver)
+    });
+    let t0 = Instant::now();
+    let (mut down, mut answered) = (false, 0);
+    let mut other_answers: std::collections::BTreeMap<String, usize> = Default::default();
+    while t0.elapsed() < Duration::from_secs(60) && answered < 20 {
+        let verdicts = writes().await;
+        if verdicts.iter().any(|v| matches!(v, Err((0, _)))) {
+            down = true;
+        } else if down {
+            answered += 1;
+            for v in &verdicts {
+                let Err((code, message)) = v else { continue };
+                // The fence's refusals name it; anything else is the apiserver starting.
+                assert!(
+                    !message.contains(&policy),
+                    "{} ms after the restart began, the fence refused an unrelated \
+                     namespace's Secret write by the admin: {code} {message}",
+                    t0.elapsed().as_millis()
+                );
+                *other_answers
+                    .entry(format!("{code} {message}"))
+                    .or_default() += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("after the restart, answers other than admitted: {other_answers:?}");
+    restart
+        .await
+        .expect("restart task")
+        .expect("the apiserver starts again");
+    assert!(
+        answered > 0,
+        "the restarted apiserver did not answer within 60s"
+    );
+    remove_fence(&admin, &policy).await;
+}
+
+/// Right after an apiserver start, could the fence be evaluated before its Lease informer has
+/// synced, it would admit (failurePolicy Ignore). Measured here: how long after the restarted
+/// apiserver's first answer the holder's writes are admitted, and what is answered before.
+/// Asserted: the pod that does not hold the Lease is never admitted meanwhile (the apiserver
+/// answers only once its admission plugins are ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_apiserver_restart_the_other_pod_is_still_refused() {
     use support::cluster::ControlPlaneProcess;
     let cluster = std::sync::Arc::new(Cluster::start_private());
     install_crds(&cluster).await;

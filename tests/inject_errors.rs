@@ -154,6 +154,116 @@ fn the_fence_needs_a_namespace() {
     );
 }
 
+/// Helm gives its post-renderers and plugins the release namespace as HELM_NAMESPACE: a
+/// --namespace that differs would put the RBAC where Helm installs (where it works) and the
+/// fence on a Lease in a namespace no elector writes to (where it admits everything).
+#[test]
+fn a_namespace_other_than_helms_is_refused() {
+    let input = golden("passmower.in.yaml");
+    let stderr = refused(
+        &["inject", "--namespace", "auth"],
+        &input,
+        &[("HELM_NAMESPACE", "passmower")],
+    );
+    for needle in [
+        "--namespace",
+        "\"auth\"",
+        "HELM_NAMESPACE",
+        "--namespace=passmower",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The same namespace, helm giving none (an empty value too), or no --namespace: accepted.
+    for (args, env) in [
+        (
+            vec!["--namespace", "auth"],
+            vec![("HELM_NAMESPACE", "auth")],
+        ),
+        (vec!["--namespace", "auth"], vec![("HELM_NAMESPACE", "")]),
+        (vec!["--namespace", "auth"], vec![]),
+        (vec!["--no-fence"], vec![("HELM_NAMESPACE", "passmower")]),
+    ] {
+        let out = inject(&args, &input, &env);
+        assert_eq!(
+            out.status,
+            ExitStatus::Code(0),
+            "{args:?} {env:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+/// The fence admits a ServiceAccount's operator writes from the holder of one Lease: two
+/// workloads running as one ServiceAccount with their own Leases would each have the other's
+/// leader refused for ever. inject names the fence by the ServiceAccount and refuses the second.
+#[test]
+fn two_workloads_sharing_a_service_account_on_different_leases_are_refused() {
+    let one = golden("passmower.in.yaml");
+    let doc = one
+        .split("\n---\n")
+        .find(|d| d.contains("kind: Deployment"))
+        .expect("the golden's Deployment");
+    // Its own name (metadata.name only: the ServiceAccount and container stay).
+    let second = doc.replacen("\n  name: passmower\n", "\n  name: passmower-two\n", 1);
+    assert_ne!(second, doc, "the golden changed");
+    let input = format!("{one}\n---\n{second}\n");
+    let stderr = refused(&["inject", "--namespace", "auth"], &input, &[]);
+    for needle in [
+        "Deployment/passmower-two",
+        "ServiceAccount auth/passmower",
+        "Lease auth/passmower-two",
+        "binds Lease auth/passmower",
+        "passmower-elector-fence.auth.passmower",
+        "--no-fence",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // One Lease for both: one fence, which admits whichever pod holds it.
+    let out = inject(
+        &["--namespace", "auth", "--lease-name", "passmower"],
+        &input,
+        &[],
+    );
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout
+            .matches("kind: ValidatingAdmissionPolicyBinding")
+            .count(),
+        1,
+        "{}",
+        out.stdout
+    );
+}
+
+/// A fence already in the stream (the chart's, or an earlier run's) for the same
+/// ServiceAccount but another Lease: refused rather than ANDed with it.
+#[test]
+fn a_fence_in_the_stream_on_another_lease_is_refused() {
+    let injected = inject(
+        &["--namespace", "auth", "--lease-name", "elsewhere"],
+        &golden("passmower.in.yaml"),
+        &[],
+    );
+    assert_eq!(injected.status, ExitStatus::Code(0), "{}", injected.stderr);
+    let fence: String = injected
+        .stdout
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: ValidatingAdmissionPolicy"))
+        .map(|d| format!("---\n{}\n", d.trim_start_matches("---\n")))
+        .collect();
+    assert!(fence.contains("name: elsewhere"), "{fence}");
+    let input = format!("{}\n{fence}", golden("passmower.in.yaml"));
+    let stderr = refused(&["inject", "--namespace", "auth"], &input, &[]);
+    assert!(stderr.contains("binds Lease auth/elsewhere"), "{stderr}");
+    // With the Lease it names, the fence in the stream is the one inject would write.
+    let out = inject(
+        &["--namespace", "auth", "--lease-name", "elsewhere"],
+        &input,
+        &[],
+    );
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+}
+
 /// A workload injected by a build before the fence has no POD_UID on its elector, so its
 /// holder identity names no pod UID and the fence would refuse every operator write of its
 /// leader: inject says so instead of adding a fence to it.

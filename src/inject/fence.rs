@@ -41,11 +41,12 @@ pub struct FenceTarget<'a> {
     pub lease: &'a str,
 }
 
-/// Name of the policy (and binding) `inject` adds for `workload` in `namespace`: cluster-wide
-/// objects, so named per install like the idle-namespace policy; the chart's are
-/// `passmower-elector-chart-fence.NAMESPACE.RELEASE`.
-pub fn fence_policy_name(namespace: &str, workload: &str) -> String {
-    let mut name: String = format!("passmower-elector-fence.{namespace}.{workload}")
+/// Name of the policy (and binding) that fences `service_account` of `namespace`: named by what
+/// it protects, not by who installs it, so `inject` and the chart, a renamed Deployment, or a
+/// second install for the same ServiceAccount all name one object, and a second fence can
+/// never be ANDed with the first (each would refuse the other Lease's holder for ever).
+pub fn fence_policy_name(namespace: &str, service_account: &str) -> String {
+    let mut name: String = format!("passmower-elector-fence.{namespace}.{service_account}")
         .chars()
         .take(253)
         .collect();
@@ -99,13 +100,14 @@ fn extra_expression(key: &str) -> String {
 pub fn fence_policy_spec(namespace: &str, service_account: &str) -> ValidatingAdmissionPolicySpec {
     let user = format!("system:serviceaccount:{namespace}:{service_account}");
     ValidatingAdmissionPolicySpec {
-        // A policy that cannot be evaluated denies: the fence is a safety backstop, and a write
-        // it cannot check is a write it cannot vouch for. Its expressions guard every optional
-        // field, so the errors left are the apiserver's own: its Lease informer not synced yet
-        // (each matched request waits up to 1s for it, then is refused — for anyone, as the
-        // parameter is looked up before the matchConditions run; measured: a restarted
-        // apiserver answers only once its admission plugins are ready, and refused nothing).
-        failure_policy: Some("Fail".into()),
+        // A policy the apiserver cannot evaluate admits. The fence is a second line behind the
+        // election, and its failures are the apiserver's own (its Lease informer not synced,
+        // stopped or broken; its expressions guard every optional field), which happen while
+        // the Lease parameter is looked up: before the matchConditions, so for every write the
+        // binding matches, by anyone. With Fail such a failure refuses every Secret and Pod
+        // write in the cluster, for as long as it lasts; with Ignore it opens the fence for
+        // that time, and the election still holds.
+        failure_policy: Some("Ignore".into()),
         param_kind: Some(ParamKind {
             api_version: Some("coordination.k8s.io/v1".into()),
             kind: Some("Lease".into()),
@@ -172,12 +174,12 @@ pub fn fence_binding_spec(
         param_ref: Some(ParamRef {
             name: Some(target.lease.to_owned()),
             namespace: Some(target.namespace.to_owned()),
-            // Allow, not Deny: the apiserver looks the parameter up before it evaluates the
-            // matchConditions, so with Deny a missing Lease would refuse every matched write in
-            // the cluster — every Secret and every Pod, by anyone, including the Passmower pods
-            // whose electors would create the Lease. While the Lease does not exist (a fresh
-            // install before its first leader, a Lease deleted by hand until the leader
-            // recreates it) the fence is open; the elector's own rules still hold then.
+            // Allow: while the Lease does not exist (a fresh install before its first leader, a
+            // Lease deleted by hand until the leader recreates it) the fence is open; the
+            // elector's own rules still hold then. Deny would make a missing Lease an error of
+            // the policy, raised before the matchConditions run: under Fail it refuses every
+            // matched write in the cluster, by anyone, including the ReplicaSet controller
+            // creating the Passmower pods whose electors would create the Lease.
             parameter_not_found_action: Some("Allow".into()),
             ..Default::default()
         }),
@@ -245,7 +247,7 @@ mod tests {
             Some("passmower-elector-fence.auth.passmower")
         );
         assert_eq!(policy["spec"]["paramKind"]["kind"].as_str(), Some("Lease"));
-        assert_eq!(policy["spec"]["failurePolicy"].as_str(), Some("Fail"));
+        assert_eq!(policy["spec"]["failurePolicy"].as_str(), Some("Ignore"));
         assert_eq!(
             policy["spec"]["matchConditions"][0]["expression"].as_str(),
             Some("request.userInfo.username == \"system:serviceaccount:auth:passmower\"")
@@ -291,8 +293,9 @@ mod tests {
     }
 
     #[test]
-    fn names_are_per_install_and_valid() {
+    fn names_are_per_service_account_and_valid() {
         assert_ne!(fence_policy_name("a", "p"), fence_policy_name("b", "p"));
+        assert_ne!(fence_policy_name("a", "p"), fence_policy_name("a", "q"));
         let long = fence_policy_name(&"n".repeat(63), &"w".repeat(253));
         assert!(long.len() <= 253 && !long.ends_with('.'), "{long}");
     }

@@ -145,10 +145,54 @@ struct Run<'a> {
     /// Namespace and pod labels of each target, for the PodMonitors that select them.
     target_pods: Vec<(Option<String>, Mapping)>,
     emitted: HashSet<rbac::ObjectKey>,
+    /// Each write fence in the stream or emitted so far, by name: the Lease it binds and whom
+    /// it was made for. One ServiceAccount has one fence.
+    fences: HashMap<String, FenceClaim>,
     targets: Vec<String>,
     warnings: Vec<String>,
     rewrites: Vec<Rewrite>,
     added: Vec<Value>,
+}
+
+/// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it
+/// was made for (its generated-for annotation).
+#[derive(Debug, Clone, PartialEq)]
+struct FenceClaim {
+    lease: String,
+    made_for: String,
+}
+
+impl FenceClaim {
+    /// The claim of a write fence binding (inject's or the chart's: both carry the
+    /// `write-fence` component label), or `None` for any other object.
+    fn of(value: &Value) -> Option<(String, FenceClaim)> {
+        let meta = value.get("metadata")?;
+        if value.get("kind")?.as_str()? != "ValidatingAdmissionPolicyBinding"
+            || meta
+                .get("labels")?
+                .get("app.kubernetes.io/component")?
+                .as_str()?
+                != "write-fence"
+        {
+            return None;
+        }
+        let param = value.get("spec")?.get("paramRef")?;
+        let lease = format!(
+            "{}/{}",
+            param.get("namespace").and_then(Value::as_str).unwrap_or(""),
+            param.get("name").and_then(Value::as_str).unwrap_or("")
+        );
+        let made_for = meta
+            .get("annotations")
+            .and_then(|a| a.get(GENERATED_FOR_ANNOTATION))
+            .and_then(Value::as_str)
+            .unwrap_or("another object of the stream")
+            .to_owned();
+        Some((
+            meta.get("name")?.as_str()?.to_owned(),
+            FenceClaim { lease, made_for },
+        ))
+    }
 }
 
 /// The objects of a document: itself, or the items of a `kind: List`.
@@ -258,8 +302,38 @@ impl Run<'_> {
                 service_account: &info.service_account,
                 lease: &info.lease,
             };
-            let name = fence::fence_policy_name(namespace, &info.name);
+            let name = fence::fence_policy_name(namespace, &info.service_account);
             let generated_for = format!("{}/{}", info.kind.as_str(), info.name);
+            let claim = FenceClaim {
+                lease: format!("{namespace}/{}", info.lease),
+                made_for: generated_for.clone(),
+            };
+            match self.fences.get(&name) {
+                Some(other) if other.lease != claim.lease => {
+                    return Err(InjectError::Manifest {
+                        document,
+                        workload,
+                        reason: format!(
+                            "runs as ServiceAccount {namespace}/{sa} with Lease {ours}, but the \
+                             write fence of that ServiceAccount ({name}, for {by}) binds Lease \
+                             {theirs}: the fence admits the ServiceAccount's operator writes \
+                             from the holder of one Lease only, so the other workload's leader \
+                             would be refused for ever. Give each workload its own \
+                             ServiceAccount, let them share one Lease (--lease-name {lease}), or \
+                             pass --no-fence",
+                            sa = info.service_account,
+                            ours = claim.lease,
+                            by = other.made_for,
+                            theirs = other.lease,
+                            lease = other.lease.rsplit('/').next().unwrap_or_default(),
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    self.fences.insert(name.clone(), claim);
+                }
+            }
             for object in fence::write_fence(&name, &target, &generated_for) {
                 generated.push(rbac::Generated {
                     value: object,
@@ -321,6 +395,7 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
         existing_pdbs: Vec::new(),
         target_pods: Vec::new(),
         emitted: HashSet::new(),
+        fences: HashMap::new(),
         targets: Vec::new(),
         warnings: Vec::new(),
         rewrites: Vec::new(),
@@ -332,6 +407,9 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
         for object in objects(&doc.value) {
             if let Some(key) = rbac::ObjectKey::of(object) {
                 run.existing.insert(key, rbac::is_generated(object));
+            }
+            if let Some((name, claim)) = FenceClaim::of(object) {
+                run.fences.insert(name, claim);
             }
             if let Some(pdb) = rbac::pdb_selector(object) {
                 run.existing_pdbs.push(pdb);

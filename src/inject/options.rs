@@ -149,7 +149,8 @@ pub struct InjectArgs {
     )]
     pub kinds: Vec<WorkloadKind>,
     /// The namespace of manifests that name none (`helm template` output names none: pass the
-    /// release namespace). Names the cluster-wide --deny-idle-namespace policy per install.
+    /// release namespace; when Helm sets HELM_NAMESPACE, as for post-renderers and plugins, it
+    /// must be that). Names the cluster-wide --deny-idle-namespace policy per install.
     #[arg(long, env = "ELECTOR_NAMESPACE")]
     pub namespace: Option<String>,
     /// Also emit a ValidatingAdmissionPolicy + binding that forbids creating the idle namespace
@@ -333,7 +334,34 @@ impl TryFrom<&InjectArgs> for InjectOptions {
             ..args.sidecar.options()?
         };
         options.validate()?;
+        check_helm_namespace(
+            options.namespace.as_deref(),
+            std::env::var("HELM_NAMESPACE").ok().as_deref(),
+        )?;
         Ok(options)
+    }
+}
+
+/// Refuses a --namespace other than the release namespace Helm gives its post-renderers and
+/// plugins (`HELM_NAMESPACE`): the objects that name no namespace (the workload, its Role,
+/// RoleBinding and budget) land in Helm's namespace and work there, while the write fence would
+/// bind a Lease in a namespace where no elector ever creates it, and so admit everything.
+fn check_helm_namespace(
+    namespace: Option<&str>,
+    helm_namespace: Option<&str>,
+) -> Result<(), ConfigError> {
+    match (namespace, helm_namespace) {
+        (Some(ours), Some(helm)) if !helm.is_empty() && ours != helm => Err(ConfigError::new(
+            "--namespace",
+            ours,
+            format!(
+                "must be the release namespace, and helm installs this release into {helm:?} \
+                 (HELM_NAMESPACE): the manifests that name no namespace would land there while \
+                 the write fence names a Lease in {ours:?} that no elector creates, so it would \
+                 admit every write; pass --namespace={helm}"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -47,7 +47,8 @@ pub fn inject(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
 }
 
 /// Runs `passmower-elector ARGS` with `stdin` and extra environment, with every ELECTOR_*
-/// variable of the test's own environment removed so only what the test says applies.
+/// variable (and HELM_NAMESPACE, which a helm plugin's shell may carry) of the test's own
+/// environment removed so only what the test says applies.
 pub fn run(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_passmower-elector"));
     cmd.args(args)
@@ -55,7 +56,7 @@ pub fn run(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("ELECTOR_") {
+        if key.to_string_lossy().starts_with("ELECTOR_") || key == "HELM_NAMESPACE" {
             cmd.env_remove(key);
         }
     }

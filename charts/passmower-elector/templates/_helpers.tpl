@@ -41,9 +41,13 @@ app.kubernetes.io/instance: {{ .Values.passmower.release }}
 {{- printf "passmower-elector-chart.%s.%s" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The write fence, cluster-wide too: named per release as well (inject's are passmower-elector-fence.…). */}}
+{{/*
+The write fence, cluster-wide too, is named by the ServiceAccount it fences, as inject names it
+(passmower-elector-fence.NAMESPACE.SERVICEACCOUNT): one ServiceAccount has one fence, whoever
+installs it, so two fences bound to different Leases can never both refuse writes.
+*/}}
 {{- define "passmower-elector.fenceName" -}}
-{{- printf "passmower-elector-chart-fence.%s.%s" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
+{{- printf "passmower-elector-fence.%s.%s" .Release.Namespace (include "passmower-elector.passmowerFullname" .) | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "passmower-elector.fenceLabels" -}}
