@@ -14,5 +14,6 @@ pub mod election;
 pub mod grant;
 pub mod inject;
 pub mod logging;
+pub mod probe_server;
 pub mod supervise;
 pub mod webhook;

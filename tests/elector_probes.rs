@@ -163,6 +163,162 @@ async fn half_open_probe_connections_cannot_starve_the_election() {
     recorder.assert_no_overlap();
 }
 
+/// Sources of the flood: loopback addresses other than the prober's 127.0.0.1.
+const FLOOD_SOURCES: [[u8; 4]; 4] = [
+    [127, 0, 0, 2],
+    [127, 0, 0, 3],
+    [127, 0, 0, 4],
+    [127, 0, 0, 5],
+];
+/// How long the flood lasts, and the most connections each source opens in it.
+const FLOOD_FOR: Duration = Duration::from_secs(6);
+const FLOOD_MAX_PER_SOURCE: usize = 200_000;
+
+/// A connection flood from four other addresses (each a thread opening connections as fast as
+/// it can, sending half a request head and leaving it open, the connection cap's worth held at
+/// a time) while the kubelet-like prober on 127.0.0.1 probes every 250ms. Before the fix the
+/// server served every connection and, when full, dropped its oldest: the flood's newer
+/// connections pushed the prober's out before it was answered, so `/healthz` failed. Now each
+/// source gets a small allowance (the rest is closed at accept), and a full server drops a
+/// connection of the source that holds the most, never the prober's single one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_from_other_addresses_cannot_fail_the_probe_or_stall_renewals() {
+    let cluster = Cluster::shared();
+    let ns = cluster.new_namespace().await;
+    cluster.create_released_lease(&ns).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flag = dir.path().join("grant.json");
+    let mut recorder = GrantRecorder::start(KILL_GRACE, []);
+    recorder.watch("pod-a", flag.clone());
+    let port = free_port();
+    // All loopback addresses reach it, as all pod addresses reach the pod IP.
+    let probe_addr = format!("0.0.0.0:{port}");
+    let flag_arg = flag.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--lease-name",
+        &ns.lease_name,
+        "--flag-file",
+        &flag_arg,
+        "--probe-addr",
+        &probe_addr,
+    ];
+    args.extend_from_slice(&support::FAST_TIMINGS);
+    let elector = ElectorProcess::elect("pod-a", &ns, &args);
+    let leads = || {
+        grant::read_file(&flag)
+            .ok()
+            .flatten()
+            .is_some_and(|g| g.effective_mode(BootInstant::now()) == Mode::Leader)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), POLL, leads),
+        "no leader\n{}",
+        elector.logs()
+    );
+    assert_eq!(probe(port, "/healthz"), Some(200));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooders: Vec<_> = FLOOD_SOURCES
+        .iter()
+        .map(|source| {
+            let stop = stop.clone();
+            let source = std::net::SocketAddr::from((*source, 0));
+            std::thread::spawn(move || flood(source, port, &stop))
+        })
+        .collect();
+    let expiry_before = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("grant")
+        .expiry();
+    let (mut probes, mut failed) = (0, Vec::new());
+    let until = Instant::now() + FLOOD_FOR - Duration::from_secs(1);
+    while Instant::now() < until {
+        probes += 1;
+        let code = probe(port, "/healthz");
+        if code != Some(200) {
+            failed.push(code);
+        }
+        assert!(leads(), "the leader lost its grant\n{}", elector.logs());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let opened: usize = flooders
+        .into_iter()
+        .map(|f| f.join().expect("flood thread"))
+        .sum();
+    let expiry_after = grant::read_file(&flag)
+        .ok()
+        .flatten()
+        .expect("grant")
+        .expiry();
+    eprintln!(
+        "{opened} flood connections from {} addresses in {FLOOD_FOR:?}: {} of {probes} probes \
+         failed",
+        FLOOD_SOURCES.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "/healthz failed {} of {probes} times under the flood ({failed:?})\n{}",
+        failed.len(),
+        elector.logs()
+    );
+    assert!(
+        opened > 1000,
+        "only {opened} flood connections: the test proved nothing"
+    );
+    assert!(
+        expiry_after.saturating_since(expiry_before) >= Duration::from_secs(3),
+        "renewals stalled: the grant's expiry moved {:?}",
+        expiry_after.saturating_since(expiry_before)
+    );
+    let logs = elector.logs();
+    for bad in ["stopped leading", "cannot write", "Too many open files"] {
+        assert!(!logs.contains(bad), "{bad:?} in the log:\n{logs}");
+    }
+    recorder.stop();
+    recorder.assert_no_overlap();
+}
+
+/// Opens connections from `source` to the probe port until `stop` (or the bounds), each with
+/// half a request head, keeping its last 32 open: how many it opened.
+fn flood(source: std::net::SocketAddr, port: u16, stop: &std::sync::atomic::AtomicBool) -> usize {
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncWriteExt;
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + FLOOD_FOR;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("flood runtime");
+    runtime.block_on(async {
+        let mut held = std::collections::VecDeque::new();
+        let mut opened = 0;
+        while !stop.load(Ordering::SeqCst)
+            && Instant::now() < deadline
+            && opened < FLOOD_MAX_PER_SOURCE
+        {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket.bind(source).expect("bind a flood source");
+            let Ok(Ok(mut stream)) =
+                tokio::time::timeout(Duration::from_secs(1), socket.connect(target)).await
+            else {
+                continue;
+            };
+            opened += 1;
+            let _ = stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: flood\r\n")
+                .await;
+            held.push_back(stream);
+            if held.len() > 32 {
+                held.pop_front();
+            }
+        }
+        opened
+    })
+}
+
 /// The injected native sidecar must not take the pod out of its Service when the API server
 /// is unreachable: no readiness probe on it (the app's own readiness decides), liveness on
 /// `/healthz` for a wedged loop.

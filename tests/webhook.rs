@@ -336,6 +336,65 @@ async fn certificate_rotation_while_pods_are_created_loses_no_admission() {
     assert!((1..=2).contains(&cas), "{cas} CAs in the bundle");
 }
 
+/// A replica that keeps crashing (SIGKILL right after it is ready, restarted in the same pod,
+/// so with the same POD_NAME) while another serves. Each start names the pod in its new CA and
+/// retires the CAs of its own earlier runs, so the bundle holds one CA per replica however
+/// often it restarts, and the healthy replica's CA stays (pods keep being injected through
+/// it). Before, each start added a CA (the killed runs never withdrew theirs) until a count
+/// cap evicted the earliest-issued: the healthy replica's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_replica_replaces_its_own_ca_and_never_the_healthy_ones() {
+    use std::ffi::OsStr;
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let ns = namespace(cluster).await;
+    opt_in(&admin, &ns.name).await;
+    let name = "pme-webhook-crashloop";
+    let kubeconfig = cluster.admin_kubeconfig();
+    let mut healthy = Webhook::start_with_env(
+        name,
+        &kubeconfig,
+        &[],
+        &[("POD_NAME", OsStr::new("webhook-5d8f-healthy"))],
+    );
+    create_configuration(&admin, name, &healthy.url(), &ns.name, "Fail").await;
+    healthy.wait_ready(Duration::from_secs(30));
+    let healthy_ca = ca_bundle(&admin, name).await;
+    assert_eq!(healthy_ca.matches("BEGIN CERTIFICATE").count(), 1);
+    wait_effective(&admin, &ns.name, Duration::from_secs(30)).await;
+
+    const RESTARTS: usize = 6;
+    for _ in 0..RESTARTS {
+        let mut looping = Webhook::start_with_env(
+            name,
+            &kubeconfig,
+            &[],
+            &[("POD_NAME", OsStr::new("webhook-5d8f-looping"))],
+        );
+        looping.wait_ready(Duration::from_secs(30));
+        // Killed: no withdrawal, as for a crash or an OOM kill.
+        looping.process.signal(nix::sys::signal::Signal::SIGKILL);
+        looping.process.wait_exit(Duration::from_secs(10));
+    }
+    let bundle = ca_bundle(&admin, name).await;
+    let cas = bundle.matches("BEGIN CERTIFICATE").count();
+    eprintln!("after {RESTARTS} crashes of one replica: {cas} CAs in the bundle");
+    assert!(
+        bundle.contains(healthy_ca.trim()),
+        "the healthy replica's CA left the bundle"
+    );
+    assert_eq!(
+        cas, 2,
+        "one CA per replica, the healthy one's and the last run's"
+    );
+    // Admissions still go through the healthy replica.
+    let pod = create_pod(&admin, &ns.name, &replicaset_pod(DEPLOYMENT, json!({})))
+        .await
+        .expect("admitted through the healthy replica");
+    assert!(is_injected(&pod));
+    assert!(healthy.process.try_exit_status().is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_reason_and_never_stops_the_server() {
     let cluster = Cluster::shared();
@@ -501,8 +560,8 @@ async fn a_certificate_from_files_is_served_and_reloaded_when_they_change() {
     opt_in(&admin, &ns.name).await;
     let names = vec!["127.0.0.1".to_owned()];
     let hour = Duration::from_secs(3600);
-    let first = issue(&names, hour, std::time::SystemTime::now()).expect("issue");
-    let second = issue(&names, hour, std::time::SystemTime::now()).expect("issue");
+    let first = issue(&names, hour, std::time::SystemTime::now(), None).expect("issue");
+    let second = issue(&names, hour, std::time::SystemTime::now(), None).expect("issue");
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     write_atomic(&key, &first.key_pem());

@@ -262,3 +262,392 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
         .all(|h| h["clientConfig"]["caBundle"] == hooks[0]["clientConfig"]["caBundle"]));
     assert!(webhook.process.try_exit_status().is_none());
 }
+
+/// The chart's configuration pointed at nothing (the webhook down) and limited to the test's
+/// namespaces (it is cluster-wide; other tests share the API server): each hook's namespace
+/// selector also requires one of `namespaces`.
+async fn install_down_configuration(
+    admin: &kube::Client,
+    release: &str,
+    namespace: &str,
+    namespaces: &[&str],
+) {
+    let docs = render(&tools::helm3(), release, namespace, &[]).expect("render");
+    let mut config = of_kind(&docs, "MutatingWebhookConfiguration")[0].clone();
+    for hook in config["webhooks"].as_array_mut().unwrap() {
+        hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{}/mutate", free_port())});
+        hook["namespaceSelector"]["matchExpressions"]
+            .as_array_mut()
+            .unwrap()
+            .push(
+                json!({"key": "kubernetes.io/metadata.name", "operator": "In",
+                         "values": namespaces}),
+            );
+    }
+    Applier::new(admin.clone())
+        .send(&config, namespace, Mode::Create)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", describe(&config)));
+}
+
+/// With the webhook down and failurePolicy Fail, the chart's matchConditions let through every
+/// pod the webhook would not act on (Redis, a secret-refresh job's pod, a debug pod, pods that
+/// opt out or are already injected) and only the pods it would inject (or refuse by name) are
+/// refused. Each pod's outcome is checked against the webhook's own rule
+/// (`passmower_elector::webhook::acts_on`), so the CEL and the code cannot drift apart. Before,
+/// every pod of an opted-in namespace was refused while the webhook was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_webhook_down_only_the_pods_it_would_inject_are_refused() {
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let opted_in = cluster.new_namespace().await;
+    let plain = cluster.new_namespace().await;
+    opt_in(&admin, &opted_in.name).await;
+    install_down_configuration(
+        &admin,
+        "pmw-down",
+        &opted_in.name,
+        &[&opted_in.name, &plain.name],
+    )
+    .await;
+
+    let container = |name: &str| json!({"name": name, "image": "example.com/x:1"});
+    let with = |containers: Value, init: Option<Value>, extra: Value| {
+        let mut pod = replicaset_pod("passmower", extra);
+        pod["spec"]["containers"] = containers;
+        if let Some(init) = init {
+            pod["spec"]["initContainers"] = init;
+        }
+        pod
+    };
+    let bare = |mut pod: Value| {
+        pod["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        pod
+    };
+    let mut volume = replicaset_pod("passmower", json!({}));
+    volume["spec"]["volumes"] = json!([{"name": "passmower-elector-grant", "emptyDir": {}}]);
+    let pods: Vec<(&str, &str, Value)> = vec![
+        (
+            "redis",
+            &opted_in.name,
+            with(json!([container("redis")]), None, json!({})),
+        ),
+        (
+            "a secret-refresh job's pod",
+            &opted_in.name,
+            bare(with(json!([container("kubectl")]), None, json!({}))),
+        ),
+        (
+            "a bare debug pod",
+            &opted_in.name,
+            bare(with(json!([container("debug")]), None, json!({}))),
+        ),
+        (
+            "passmower",
+            &opted_in.name,
+            replicaset_pod("passmower", json!({})),
+        ),
+        (
+            "a bare passmower",
+            &opted_in.name,
+            bare(replicaset_pod("passmower", json!({}))),
+        ),
+        (
+            "passmower next to redis",
+            &opted_in.name,
+            with(
+                json!([container("redis"), container("passmower")]),
+                None,
+                json!({}),
+            ),
+        ),
+        (
+            "an annotated container",
+            &opted_in.name,
+            with(
+                json!([container("app")]),
+                None,
+                json!({"annotations": {"passmower-elector.io/container": "app"}}),
+            ),
+        ),
+        (
+            "an annotation naming a missing container",
+            &opted_in.name,
+            replicaset_pod(
+                "passmower",
+                json!({"annotations": {"passmower-elector.io/container": "app"}}),
+            ),
+        ),
+        (
+            "an empty container annotation",
+            &opted_in.name,
+            replicaset_pod(
+                "passmower",
+                json!({"annotations": {"passmower-elector.io/container": ""}}),
+            ),
+        ),
+        (
+            "opted out by annotation",
+            &opted_in.name,
+            replicaset_pod(
+                "passmower",
+                json!({"annotations": {INJECT_LABEL: "disabled"}}),
+            ),
+        ),
+        (
+            "already injected",
+            &opted_in.name,
+            replicaset_pod(
+                "passmower",
+                json!({"annotations": {"passmower-elector.io/injected": "0.1.0"}}),
+            ),
+        ),
+        (
+            "the elector as a native sidecar",
+            &opted_in.name,
+            with(
+                json!([container("passmower")]),
+                Some(json!([container("passmower-elector")])),
+                json!({}),
+            ),
+        ),
+        ("a passmower-elector volume", &opted_in.name, volume),
+        (
+            "a pod that opts in alone",
+            &plain.name,
+            replicaset_pod("passmower", json!({"labels": {INJECT_LABEL: "enabled"}})),
+        ),
+        (
+            "redis that opts in alone",
+            &plain.name,
+            with(
+                json!([container("redis")]),
+                None,
+                json!({"labels": {INJECT_LABEL: "enabled"}}),
+            ),
+        ),
+        (
+            "a neighbour",
+            &plain.name,
+            replicaset_pod("passmower", json!({})),
+        ),
+    ];
+    // The configuration is in force once the plain passmower pod is refused (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while create_pod(
+        &admin,
+        &opted_in.name,
+        &replicaset_pod("passmower", json!({})),
+    )
+    .await
+    .is_ok()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the configuration never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (mut admitted, mut refused) = (0, 0);
+    for (what, namespace, pod) in &pods {
+        // The namespaces hook covers every pod of opted_in; in plain only the labelled ones
+        // are sent at all (objectSelector).
+        let selected = *namespace == opted_in.name.as_str()
+            || pod["metadata"]["labels"][INJECT_LABEL] == "enabled";
+        let acts = selected && passmower_elector::webhook::acts_on(pod, "passmower");
+        match create_pod(&admin, namespace, pod).await {
+            Ok(stored) => {
+                assert!(
+                    !acts,
+                    "{what}: admitted with the webhook down, though it acts on it"
+                );
+                assert!(!is_injected(&stored), "{what}");
+                admitted += 1;
+            }
+            Err(e) => {
+                assert!(
+                    acts,
+                    "{what}: refused though the webhook would not act on it: {e}"
+                );
+                assert!(
+                    e.to_string().contains("failed calling webhook"),
+                    "{what}: {e}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("webhook down: {admitted} pods admitted without it, {refused} refused");
+    assert!(
+        admitted >= 9 && refused >= 5,
+        "{admitted} admitted, {refused} refused"
+    );
+}
+
+/// The chart's ValidatingAdmissionPolicy: the webhook's ServiceAccount (whose token the test
+/// API server knows) may rotate the caBundle of its configuration, and its attempts to widen
+/// the namespace selector, drop the object selector, change the failure policy or the URL, or
+/// relabel the object are refused; the cluster admin is not held back. Before, RBAC alone let
+/// the ServiceAccount rewrite the whole configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhooks_service_account_may_change_only_the_ca_bundle() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let home = cluster
+        .new_namespace_with("passmower", &elector_lease_rules("passmower"))
+        .await;
+    let release = "pmw-vap";
+    let fullname = "pmw-vap-passmower-elector-webhook";
+    let docs = render(
+        &tools::helm3(),
+        release,
+        &home.name,
+        &["serviceAccount.name=passmower"],
+    )
+    .expect("render");
+    let mut applier = Applier::new(admin.clone());
+    for doc in &docs {
+        let mut doc = doc.clone();
+        match doc["kind"].as_str() {
+            Some(
+                "ClusterRole"
+                | "ClusterRoleBinding"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding",
+            ) => {}
+            Some("MutatingWebhookConfiguration") => {
+                // Harmless whatever happens to it: nothing listens, Ignore, and it matches
+                // only the test's namespace.
+                for hook in doc["webhooks"].as_array_mut().unwrap() {
+                    hook["clientConfig"] =
+                        json!({"url": format!("https://127.0.0.1:{}/mutate", free_port())});
+                    hook["failurePolicy"] = json!("Ignore");
+                    hook["namespaceSelector"]["matchExpressions"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(
+                            json!({"key": "kubernetes.io/metadata.name", "operator": "In",
+                                     "values": [home.name]}),
+                        );
+                }
+            }
+            _ => continue,
+        }
+        applier
+            .send(&doc, &home.name, Mode::Create)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", describe(&doc)));
+    }
+    let sa = support::cluster::client_from_kubeconfig(&home.elector_kubeconfig).await;
+    let api = kube::Api::<MutatingWebhookConfiguration>::all(sa.clone());
+    let ca = passmower_elector::webhook::issue(
+        &["127.0.0.1".into()],
+        Duration::from_secs(3600),
+        std::time::SystemTime::now(),
+        None,
+    )
+    .expect("a CA")
+    .ca_pem;
+    type Change = fn(&mut Value, &str);
+    let changes: [(&str, Change); 5] = [
+        ("widen the namespace selector", |hooks, _| {
+            for h in hooks.as_array_mut().unwrap() {
+                h["namespaceSelector"] = json!({});
+            }
+        }),
+        ("drop the object selector", |hooks, _| {
+            hooks[0]["objectSelector"] = json!({});
+        }),
+        ("change the failure policy", |hooks, _| {
+            hooks[0]["failurePolicy"] = json!("Fail");
+        }),
+        ("call elsewhere", |hooks, _| {
+            hooks[0]["clientConfig"]["url"] = json!("https://127.0.0.1:1/mutate");
+        }),
+        ("match every operation", |hooks, _| {
+            hooks[0]["rules"][0]["operations"] = json!(["*"]);
+        }),
+    ];
+    let replace = |api: kube::Api<MutatingWebhookConfiguration>, value: Value| async move {
+        let config: MutatingWebhookConfiguration = serde_json::from_value(value).expect("typed");
+        api.replace(fullname, &Default::default(), &config).await
+    };
+    let current = || async {
+        serde_json::to_value(api.get(fullname).await.expect("get as the ServiceAccount")).unwrap()
+    };
+    // The policy is in force a moment after it is created: the first change, retried (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut config = current().await;
+        (changes[0].1)(&mut config["webhooks"], "");
+        match replace(api.clone(), config).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+                assert!(
+                    s.message.contains("may change only the caBundle"),
+                    "{}",
+                    s.message
+                );
+                break;
+            }
+            Err(e) => panic!("widening failed otherwise: {e}"),
+            Ok(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the policy never took effect"
+                );
+                // Put it back (as admin) and try again.
+                let mut restored = current().await;
+                for h in restored["webhooks"].as_array_mut().unwrap() {
+                    h["namespaceSelector"] = json!({"matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [home.name]}]});
+                }
+                replace(kube::Api::all(admin.clone()), restored)
+                    .await
+                    .expect("restore");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    for (what, change) in &changes[1..] {
+        let mut config = current().await;
+        change(&mut config["webhooks"], "");
+        let err = replace(api.clone(), config).await.expect_err(what);
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.message.contains("may change only the caBundle")),
+            "{what}: {err}"
+        );
+    }
+    let mut relabel = current().await;
+    relabel["metadata"]["labels"]["extra"] = json!("x");
+    let err = replace(api.clone(), relabel).await.expect_err("relabel");
+    assert!(
+        err.to_string().contains("may not change the labels"),
+        "{err}"
+    );
+
+    // A caBundle rotation is admitted, on every webhook at once.
+    let mut rotated = api.get(fullname).await.expect("get");
+    for h in rotated.webhooks.iter_mut().flatten() {
+        h.client_config.ca_bundle = Some(k8s_openapi::ByteString(ca.as_bytes().to_vec()));
+    }
+    api.replace(fullname, &Default::default(), &rotated)
+        .await
+        .expect("a caBundle rotation");
+    assert_eq!(ca_bundle(&admin, fullname).await, ca);
+    // The admin is not bound by it.
+    let mut widened = serde_json::to_value(
+        kube::Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .get(fullname)
+            .await
+            .expect("get"),
+    )
+    .unwrap();
+    widened["webhooks"][0]["timeoutSeconds"] = json!(7);
+    replace(kube::Api::all(admin.clone()), widened)
+        .await
+        .expect("the admin may");
+}

@@ -31,7 +31,7 @@ pub use options::{
     image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command, AppOnChange,
     InjectArgs, InjectOptions, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
 };
-pub use pod::{describe_pod, inject_pod, PodOutcome};
+pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};
 pub use workload::{WorkloadKind, ELECTOR_CONTAINER, INSTALL_CONTAINER, PROBE_PORT_NAME};
 pub use yaml::YamlError;

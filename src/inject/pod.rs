@@ -41,50 +41,8 @@ pub fn inject_pod(
     opts: &InjectOptions,
 ) -> Result<PodOutcome, InjectError> {
     let describe = describe_pod(pod);
-    if let Some(version) =
-        at(pod, &["metadata", "annotations", INJECTED_ANNOTATION]).and_then(Value::as_str)
-    {
-        return Ok(PodOutcome::Unchanged(format!(
-            "{describe} is already injected (by passmower-elector {version})"
-        )));
-    }
-    // A pod of a workload `inject` rewrote carries the sidecar but no annotation of its own.
-    let ours = [ELECTOR_CONTAINER, INSTALL_CONTAINER];
-    for list in ["initContainers", "containers"] {
-        let found = at(pod, &["spec", list])
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| str_at(c, &["name"]))
-            .find(|n| ours.contains(n));
-        if let Some(name) = found {
-            return Ok(PodOutcome::Unchanged(format!(
-                "{describe} already has container {name:?} in spec.{list} (injected by `inject`?)"
-            )));
-        }
-    }
-    let has_our_volume = at(pod, &["spec", "volumes"])
-        .and_then(Value::as_sequence)
-        .into_iter()
-        .flatten()
-        .filter_map(|v| str_at(v, &["name"]))
-        .any(|n| n == FLAG_VOLUME || n == BIN_VOLUME);
-    if has_our_volume {
-        return Ok(PodOutcome::Unchanged(format!(
-            "{describe} already has a passmower-elector volume"
-        )));
-    }
-    let is_target = at(pod, &["spec", "containers"])
-        .and_then(Value::as_sequence)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
-        });
-    if !is_target {
-        return Ok(PodOutcome::Unchanged(format!(
-            "{describe} has no container named {:?}",
-            opts.container
-        )));
+    if let Some(reason) = not_a_target(pod, &opts.container) {
+        return Ok(PodOutcome::Unchanged(reason));
     }
 
     let site = PodSite {
@@ -113,6 +71,52 @@ pub fn inject_pod(
         annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
     }
     Ok(PodOutcome::Injected { pod, warnings })
+}
+
+/// Why `pod` is not injected whatever its options, if it is not: it is already injected (our
+/// annotation, containers or volumes), or no container of it is named `container`. The
+/// webhook chart's `matchConditions` mirror this rule, so the API server calls the webhook only
+/// for pods this returns `None` for.
+pub fn not_a_target(pod: &Value, container: &str) -> Option<String> {
+    let describe = describe_pod(pod);
+    if let Some(version) =
+        at(pod, &["metadata", "annotations", INJECTED_ANNOTATION]).and_then(Value::as_str)
+    {
+        return Some(format!(
+            "{describe} is already injected (by passmower-elector {version})"
+        ));
+    }
+    // A pod of a workload `inject` rewrote carries the sidecar but no annotation of its own.
+    let ours = [ELECTOR_CONTAINER, INSTALL_CONTAINER];
+    for list in ["initContainers", "containers"] {
+        let found = at(pod, &["spec", list])
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| str_at(c, &["name"]))
+            .find(|n| ours.contains(n));
+        if let Some(name) = found {
+            return Some(format!(
+                "{describe} already has container {name:?} in spec.{list} (injected by `inject`?)"
+            ));
+        }
+    }
+    let has_our_volume = at(pod, &["spec", "volumes"])
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| str_at(v, &["name"]))
+        .any(|n| n == FLAG_VOLUME || n == BIN_VOLUME);
+    if has_our_volume {
+        return Some(format!("{describe} already has a passmower-elector volume"));
+    }
+    let is_target = at(pod, &["spec", "containers"])
+        .and_then(Value::as_sequence)
+        .is_some_and(|cs| cs.iter().any(|c| str_at(c, &["name"]) == Some(container)));
+    if !is_target {
+        return Some(format!("{describe} has no container named {container:?}"));
+    }
+    None
 }
 
 /// The mapping at `path`, created where missing or null.

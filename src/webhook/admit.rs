@@ -8,8 +8,8 @@ use super::access::{Access, LeaseAccess};
 use super::patch;
 use super::review::{AdmissionRequest, AdmissionResponse};
 use crate::inject::{
-    describe_pod, inject_pod, is_dns1123_subdomain, parse_app_command, InjectError, InjectOptions,
-    PodOutcome, LEASE_ANNOTATION,
+    describe_pod, inject_pod, is_dns1123_subdomain, not_a_target, parse_app_command, InjectError,
+    InjectOptions, PodOutcome, LEASE_ANNOTATION,
 };
 
 /// Label (on a namespace or a pod) that opts in with `enabled`; on a pod, `disabled` opts out
@@ -128,6 +128,18 @@ impl Injector {
         if label == Some("disabled") || annotation == Some("disabled") {
             return Decision::Skip(format!("{describe} opts out ({INJECT_LABEL}: disabled)"));
         }
+        let Ok(yaml) = serde_norway::to_value(pod) else {
+            return Decision::refuse(400, "BadRequest", format!("{describe}: unreadable object"));
+        };
+        // Whether the pod is a target at all comes first, before any of its options is judged:
+        // a pod that would not be injected is admitted whatever it carries, which is what the
+        // chart's matchConditions (the same rule in CEL) assume when they skip the call.
+        // An empty container annotation names no container; it is refused below, by name.
+        if let Some(reason) =
+            target_container(pod, &self.base.container).and_then(|c| not_a_target(&yaml, c))
+        {
+            return Decision::Skip(format!("{namespace}/{reason}"));
+        }
 
         let opts = match self.pod_options(pod) {
             Ok(opts) => opts,
@@ -142,9 +154,6 @@ impl Injector {
             }
         };
 
-        let Ok(yaml) = serde_norway::to_value(pod) else {
-            return Decision::refuse(400, "BadRequest", format!("{describe}: unreadable object"));
-        };
         let (injected, mut warnings) = match inject_pod(&yaml, &lease, &opts) {
             Ok(PodOutcome::Unchanged(reason)) => {
                 return Decision::Skip(format!("{namespace}/{reason}"))
@@ -255,6 +264,32 @@ impl Decision {
             message: message.into(),
         }
     }
+}
+
+/// The container a pod asks to be wrapped: its annotation, else `default` (the flag); `None`
+/// for an empty annotation, which names none (and is refused).
+fn target_container<'a>(pod: &'a Value, default: &'a str) -> Option<&'a str> {
+    match pod["metadata"]["annotations"][CONTAINER_ANNOTATION].as_str() {
+        Some("") => None,
+        Some(named) => Some(named),
+        None => Some(default),
+    }
+}
+
+/// Whether a pod CREATE in an opted-in namespace is one the webhook acts on (injects or
+/// refuses), with `container` as `--container`: the rule the chart's matchConditions express
+/// in CEL, so that every other pod is admitted without calling the webhook.
+pub fn acts_on(pod: &Value, container: &str) -> bool {
+    let opted_out = ["labels", "annotations"]
+        .iter()
+        .any(|m| pod["metadata"][m][INJECT_LABEL].as_str() == Some("disabled"));
+    if opted_out {
+        return false;
+    }
+    let Ok(yaml) = serde_norway::to_value(pod) else {
+        return true;
+    };
+    target_container(pod, container).is_none_or(|c| not_a_target(&yaml, c).is_none())
 }
 
 fn describe_pod_json(pod: &Value) -> String {
@@ -429,12 +464,26 @@ mod tests {
         redis["spec"]["containers"][0]["name"] = json!("redis");
         let mut opted_out = deployment_pod();
         opted_out["metadata"]["labels"][INJECT_LABEL] = json!("disabled");
+        // Not a target, so nothing else about it is judged: a bare pod (no workload to name a
+        // Lease after), an annotation that would be refused on a target, another container.
+        let mut bare_debug = redis.clone();
+        bare_debug["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        let mut bad_annotation = redis.clone();
+        bad_annotation["metadata"]["annotations"] = json!({ APP_COMMAND_ANNOTATION: "  " });
+        let mut elsewhere = deployment_pod();
+        elsewhere["metadata"]["annotations"] = json!({ CONTAINER_ANNOTATION: "app" });
         for (req, expected) in [
             (other_kind, "only pods"),
             (update, "only CREATE"),
             (system, "never injected"),
             (request(redis), "no container named"),
             (request(opted_out), "opts out"),
+            (request(bare_debug), "no container named \"passmower\""),
+            (request(bad_annotation), "no container named"),
+            (request(elsewhere), "no container named \"app\""),
         ] {
             let (response, outcome) = injector().admit(&req).await;
             assert_eq!(outcome, Outcome::Skipped, "{expected}");

@@ -1,6 +1,7 @@
 //! The caBundle of the MutatingWebhookConfiguration in the self-signed mode: each replica adds
-//! its own CA, removes the ones it replaced, and prunes expired ones, with writes conditional
-//! on `resourceVersion` so concurrent replicas never erase each other's CA.
+//! its own CA, removes the ones it replaced (and, when it starts, the ones its earlier runs
+//! left), and prunes expired ones, with writes conditional on `resourceVersion` so concurrent
+//! replicas never erase each other's CA.
 
 use std::time::SystemTime;
 
@@ -60,12 +61,14 @@ impl BundleKeeper {
             }))
     }
 
-    /// Adds `add` to and removes `remove` from every webhook's caBundle (pruning expired CAs),
-    /// writing only when something changes.
+    /// Adds `add` to and removes `remove` from every webhook's caBundle (pruning expired CAs,
+    /// and the CAs of replica `retire`: see [`certs::merge_bundle`]), writing only when
+    /// something changes.
     pub async fn update(
         &self,
         add: &[CertificateDer<'static>],
         remove: &[CertificateDer<'static>],
+        retire: Option<&str>,
     ) -> Result<(), BundleError> {
         for _ in 0..CONFLICT_RETRIES {
             let mut config = self.get().await?;
@@ -84,7 +87,7 @@ impl BundleKeeper {
                     union.push(b'\n');
                 }
             }
-            let merged = certs::to_pem(&certs::merge_bundle(&union, add, remove, now));
+            let merged = certs::to_pem(&certs::merge_bundle(&union, add, remove, retire, now));
             let mut changed = false;
             for hook in hooks.iter_mut() {
                 let current = hook

@@ -16,9 +16,15 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// Clock skew the certificates tolerate: they are valid from this long before they are made.
 const BACKDATE: Duration = Duration::from_secs(300);
-/// Most CAs kept in the bundle: past it, the ones issued earliest go (their replica, if still
-/// alive, adds its own back at its next check). Bounds the object when a replica crash-loops.
-pub const MAX_BUNDLE_CAS: usize = 32;
+/// Most CAs kept in the bundle, a bound on the object's size only: each replica names itself in
+/// its CA and replaces its own earlier CAs when it starts (see [`merge_bundle`]), so a
+/// crash-looping replica keeps one entry. What is left to grow the bundle is replicas that died
+/// without withdrawing their CA (a lost node), whose CAs stay until they expire. Past the cap
+/// the ones issued earliest go (their replica, if still alive, adds its own back at its next
+/// check).
+pub const MAX_BUNDLE_CAS: usize = 64;
+/// The common name of every CA this webhook makes starts with this.
+const CA_NAME: &str = "passmower-elector webhook CA";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
@@ -59,8 +65,14 @@ impl Issued {
 }
 
 /// Makes a fresh CA (ECDSA P-256) and a serving certificate for `names` (DNS names, or IP
-/// addresses written as such), valid from a little before `now` until `now + validity`.
-pub fn issue(names: &[String], validity: Duration, now: SystemTime) -> Result<Issued, CertError> {
+/// addresses written as such), valid from a little before `now` until `now + validity`. The CA
+/// names `replica` (the pod) in its subject's organizational unit, which [`replica_of`] reads.
+pub fn issue(
+    names: &[String],
+    validity: Duration,
+    now: SystemTime,
+    replica: Option<&str>,
+) -> Result<Issued, CertError> {
     let not_before = now.checked_sub(BACKDATE).unwrap_or(now);
     let not_after = now + validity;
     let period = |params: &mut CertificateParams| {
@@ -72,10 +84,12 @@ pub fn issue(names: &[String], validity: Duration, now: SystemTime) -> Result<Is
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::default();
     ca.distinguished_name = rcgen::DistinguishedName::new();
-    ca.distinguished_name.push(
-        DnType::CommonName,
-        format!("passmower-elector webhook CA {stamp}"),
-    );
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("{CA_NAME} {stamp}"));
+    if let Some(replica) = replica {
+        ca.distinguished_name
+            .push(DnType::OrganizationalUnitName, replica);
+    }
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     period(&mut ca);
@@ -141,10 +155,11 @@ pub fn parse_pem_pair(
     Ok((chain, key))
 }
 
-/// `(notBefore, notAfter)` of a DER certificate, or `None` when it cannot be read.
-pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
+/// The first fields of a DER certificate's tbsCertificate, the version skipped: serial number,
+/// signature algorithm, issuer, validity, subject.
+fn tbs_fields(cert: &[u8]) -> Option<Vec<(u8, &[u8])>> {
     // Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL,
-    //   serialNumber, signature, issuer, validity SEQUENCE { notBefore, notAfter }, ... } }
+    //   serialNumber, signature, issuer, validity SEQUENCE { notBefore, notAfter }, subject, ... } }
     let (tag, certificate, _) = der_item(cert)?;
     if tag != 0x30 {
         return None;
@@ -161,6 +176,12 @@ pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
         }
         tbs = rest;
     }
+    Some(fields)
+}
+
+/// `(notBefore, notAfter)` of a DER certificate, or `None` when it cannot be read.
+pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let fields = tbs_fields(cert)?;
     let &(tag, validity) = fields.get(3)?;
     if tag != 0x30 {
         return None;
@@ -168,6 +189,46 @@ pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
     let (t1, before, rest) = der_item(validity)?;
     let (t2, after, _) = der_item(rest)?;
     Some((der_time(t1, before)?, der_time(t2, after)?))
+}
+
+/// The replica a CA of this webhook names (see [`issue`]), or `None` for any other
+/// certificate: a CA someone else put in the bundle is never taken for one of ours.
+pub fn replica_of(cert: &[u8]) -> Option<String> {
+    const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+    const UNIT: &[u8] = &[0x55, 0x04, 0x0b];
+    let fields = tbs_fields(cert)?;
+    let &(tag, mut name) = fields.get(4)?;
+    if tag != 0x30 {
+        return None;
+    }
+    // Name ::= SEQUENCE OF SET OF SEQUENCE { type OID, value DirectoryString }
+    let (mut ours, mut replica) = (false, None);
+    while !name.is_empty() {
+        let (set_tag, mut set, rest) = der_item(name)?;
+        name = rest;
+        if set_tag != 0x31 {
+            return None;
+        }
+        while !set.is_empty() {
+            let (_, attribute, rest) = der_item(set)?;
+            set = rest;
+            let (oid_tag, oid, value) = der_item(attribute)?;
+            let (value_tag, value, _) = der_item(value)?;
+            // UTF8String, PrintableString, IA5String.
+            if oid_tag != 0x06 || ![0x0c, 0x13, 0x16].contains(&value_tag) {
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(value) else {
+                continue;
+            };
+            if oid == COMMON_NAME {
+                ours = text.starts_with(CA_NAME);
+            } else if oid == UNIT {
+                replica = Some(text.to_owned());
+            }
+        }
+    }
+    replica.filter(|_| ours)
 }
 
 /// One DER item of `input`: its tag, its contents and what follows it.
@@ -240,19 +301,28 @@ pub fn bundle_certs(bundle: &[u8]) -> Vec<CertificateDer<'static>> {
         .collect()
 }
 
-/// The bundle after adding `add`, removing `remove` and every certificate expired at `now`,
-/// then dropping the earliest-issued beyond [`MAX_BUNDLE_CAS`] (never one of `add`). A
-/// certificate whose validity cannot be read is kept: it is not ours to judge.
+/// The bundle after adding `add`, removing `remove`, every certificate expired at `now` and
+/// every CA of replica `retire` (a replica that starts retires the CAs of its earlier runs,
+/// whose keys died with them), then dropping the earliest-issued beyond [`MAX_BUNDLE_CAS`]
+/// (never one of `add`). A certificate whose validity cannot be read is kept: it is not ours
+/// to judge.
 pub fn merge_bundle(
     current: &[u8],
     add: &[CertificateDer<'static>],
     remove: &[CertificateDer<'static>],
+    retire: Option<&str>,
     now: SystemTime,
 ) -> Vec<CertificateDer<'static>> {
     let mut kept: Vec<CertificateDer<'static>> = Vec::new();
     for cert in bundle_certs(current) {
         let expired = validity(&cert).is_some_and(|(_, after)| after <= now);
-        if expired || remove.contains(&cert) || add.contains(&cert) || kept.contains(&cert) {
+        let retired = retire.is_some() && replica_of(&cert).as_deref() == retire;
+        if expired
+            || retired
+            || remove.contains(&cert)
+            || add.contains(&cert)
+            || kept.contains(&cert)
+        {
             continue;
         }
         kept.push(cert);
@@ -322,7 +392,7 @@ mod tests {
     #[test]
     fn issued_certificates_carry_the_validity_we_asked_for() {
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let issued = issue(&names(), Duration::from_secs(3600), now).unwrap();
+        let issued = issue(&names(), Duration::from_secs(3600), now, None).unwrap();
         for der in [&issued.ca_der, &issued.chain[0]] {
             let (before, after) = validity(der).unwrap();
             assert_eq!(secs(before), 1_800_000_000 - 300);
@@ -341,8 +411,8 @@ mod tests {
 
     #[test]
     fn the_key_pair_reads_back_and_a_wrong_key_is_refused() {
-        let a = issue(&names(), Duration::from_secs(60), SystemTime::now()).unwrap();
-        let b = issue(&names(), Duration::from_secs(60), SystemTime::now()).unwrap();
+        let a = issue(&names(), Duration::from_secs(60), SystemTime::now(), None).unwrap();
+        let b = issue(&names(), Duration::from_secs(60), SystemTime::now(), None).unwrap();
         let cert_pem = a.chain_pem();
         assert!(parse_pem_pair(cert_pem.as_bytes(), a.key_pem().as_bytes(), "x").is_ok());
         let err = parse_pem_pair(
@@ -376,10 +446,10 @@ mod tests {
     #[test]
     fn the_bundle_keeps_others_and_drops_the_expired_and_the_replaced() {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let old = issue(&names(), Duration::from_secs(100), t0).unwrap();
-        let other = issue(&names(), Duration::from_secs(1000), t0).unwrap();
-        let mine = issue(&names(), Duration::from_secs(1000), t0).unwrap();
-        let next = issue(&names(), Duration::from_secs(1000), t0).unwrap();
+        let old = issue(&names(), Duration::from_secs(100), t0, None).unwrap();
+        let other = issue(&names(), Duration::from_secs(1000), t0, None).unwrap();
+        let mine = issue(&names(), Duration::from_secs(1000), t0, None).unwrap();
+        let next = issue(&names(), Duration::from_secs(1000), t0, None).unwrap();
         let bundle = to_pem(&[
             old.ca_der.clone(),
             other.ca_der.clone(),
@@ -390,6 +460,7 @@ mod tests {
             bundle.as_bytes(),
             std::slice::from_ref(&mine.ca_der),
             &[],
+            None,
             t0,
         );
         assert_eq!(merged.len(), 3);
@@ -399,6 +470,7 @@ mod tests {
             bundle.as_bytes(),
             std::slice::from_ref(&next.ca_der),
             std::slice::from_ref(&mine.ca_der),
+            None,
             later,
         );
         assert_eq!(merged, vec![other.ca_der.clone(), next.ca_der.clone()]);
@@ -413,6 +485,7 @@ mod tests {
                     &names(),
                     Duration::from_secs(10_000),
                     t0 + Duration::from_secs(i),
+                    None,
                 )
                 .unwrap()
                 .ca_der
@@ -420,9 +493,80 @@ mod tests {
             .collect();
         let bundle = to_pem(&cas[..cas.len() - 1]);
         let newest = cas[cas.len() - 1].clone();
-        let merged = merge_bundle(bundle.as_bytes(), std::slice::from_ref(&newest), &[], t0);
+        let merged = merge_bundle(
+            bundle.as_bytes(),
+            std::slice::from_ref(&newest),
+            &[],
+            None,
+            t0,
+        );
         assert_eq!(merged.len(), MAX_BUNDLE_CAS);
         assert!(!merged.contains(&cas[0]) && !merged.contains(&cas[1]));
         assert_eq!(merged.last(), Some(&newest));
+    }
+
+    /// A replica that crash-loops makes a CA at every start. Each start retires the CAs its
+    /// earlier runs left (same replica name), so the bundle holds one per replica however
+    /// often it restarts, and the healthy replica's CA (issued first, so the first to go under
+    /// a count cap) stays. Retiring touches no CA of another replica, nor one without a name.
+    #[test]
+    fn a_crash_looping_replica_replaces_its_own_ca_and_evicts_no_other() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let validity = Duration::from_secs(86_400);
+        let healthy = issue(&names(), validity, t0, Some("webhook-7c9f-a")).unwrap();
+        let foreign = issue(&names(), validity, t0, None).unwrap();
+        assert_eq!(
+            replica_of(&healthy.ca_der).as_deref(),
+            Some("webhook-7c9f-a")
+        );
+        assert_eq!(replica_of(&foreign.ca_der), None);
+        assert_eq!(
+            replica_of(&healthy.chain[0]),
+            None,
+            "the serving certificate"
+        );
+        let mut bundle = to_pem(&[healthy.ca_der.clone(), foreign.ca_der.clone()]);
+        let mut last = None;
+        for start in 1..=(MAX_BUNDLE_CAS as u64 * 2) {
+            let now = t0 + Duration::from_secs(start);
+            let run = issue(&names(), validity, now, Some("webhook-7c9f-b")).unwrap();
+            let merged = merge_bundle(
+                bundle.as_bytes(),
+                std::slice::from_ref(&run.ca_der),
+                &[],
+                Some("webhook-7c9f-b"),
+                now,
+            );
+            assert_eq!(
+                merged,
+                vec![
+                    healthy.ca_der.clone(),
+                    foreign.ca_der.clone(),
+                    run.ca_der.clone()
+                ],
+                "after start {start}"
+            );
+            bundle = to_pem(&merged);
+            last = Some(run);
+        }
+        // A rotation (no retiring) keeps the previous CA next to the new one until it is removed.
+        let now = t0 + Duration::from_secs(1000);
+        let next = issue(&names(), validity, now, Some("webhook-7c9f-b")).unwrap();
+        let during = merge_bundle(
+            bundle.as_bytes(),
+            std::slice::from_ref(&next.ca_der),
+            &[],
+            None,
+            now,
+        );
+        assert_eq!(during.len(), 4);
+        let after = merge_bundle(
+            to_pem(&during).as_bytes(),
+            std::slice::from_ref(&next.ca_der),
+            std::slice::from_ref(&last.unwrap().ca_der),
+            None,
+            now,
+        );
+        assert_eq!(after, vec![healthy.ca_der, foreign.ca_der, next.ca_der]);
     }
 }

@@ -29,8 +29,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use admit::{
-    APP_COMMAND_ANNOTATION, CONTAINER_ANNOTATION, INJECT_LABEL, NAMESPACE_SELECTOR_ANNOTATION,
-    NEVER_NAMESPACES,
+    acts_on, APP_COMMAND_ANNOTATION, CONTAINER_ANNOTATION, INJECT_LABEL,
+    NAMESPACE_SELECTOR_ANNOTATION, NEVER_NAMESPACES,
 };
 pub use certs::{issue, Issued};
 pub use server::MUTATE_PATH;
@@ -81,6 +81,11 @@ pub struct WebhookArgs {
     /// NAME.NAMESPACE.svc, NAME.NAMESPACE.svc.cluster.local).
     #[arg(long, env = "ELECTOR_SERVICE_NAME", default_value = DEFAULT_SERVICE)]
     pub service_name: String,
+    /// This replica's name, written into the CA it makes, so that a restarted replica replaces
+    /// the CAs of its earlier runs in the caBundle instead of adding one per start; default:
+    /// $POD_NAME (the downward API's metadata.name). Each replica needs its own.
+    #[arg(long, env = "ELECTOR_REPLICA_NAME", value_name = "NAME")]
+    pub replica_name: Option<String>,
     /// The webhook's namespace; default: $POD_NAMESPACE, then the service-account namespace.
     #[arg(long, env = "ELECTOR_NAMESPACE")]
     pub namespace: Option<String>,
@@ -126,6 +131,7 @@ pub enum CertSource {
     SelfSigned {
         configuration: String,
         names: Vec<String>,
+        replica: Option<String>,
         validity: Duration,
         propagation: Duration,
         resync: Duration,
@@ -216,9 +222,24 @@ impl WebhookArgs {
                         ));
                     }
                 }
+                let replica = self
+                    .replica_name
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAME").ok())
+                    .filter(|s| !s.is_empty());
+                if let Some(replica) = &replica {
+                    if !crate::inject::is_dns1123_subdomain(replica) || replica.len() > 64 {
+                        return Err(ConfigError::new(
+                            "--replica-name",
+                            replica,
+                            "must be a pod name (DNS-1123 subdomain) of at most 64 characters",
+                        ));
+                    }
+                }
                 CertSource::SelfSigned {
                     configuration,
                     names,
+                    replica,
                     validity: self.cert_validity,
                     propagation: self.ca_propagation_delay,
                     resync: self.ca_bundle_resync,
@@ -331,6 +352,7 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
         CertSource::SelfSigned {
             configuration,
             names,
+            replica,
             validity,
             propagation,
             resync,
@@ -343,6 +365,7 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
                 slot: slot.clone(),
                 keeper: ca_bundle::BundleKeeper::new(client, configuration),
                 names: names.clone(),
+                replica: replica.clone(),
                 validity: *validity,
                 propagation: *propagation,
                 resync: *resync,
@@ -368,7 +391,7 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
             .report()
         }
     };
-    let health = match TcpListener::bind(config.health_addr).await {
+    let health = match crate::probe_server::bind(config.health_addr) {
         Ok(l) => l,
         Err(e) => {
             return ConfigError::new(
@@ -385,7 +408,9 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
         stopping: Default::default(),
         registry,
     });
-    let probe_task = tokio::spawn(probes::serve(health, probe_state.clone()));
+    if let Err(e) = probes::spawn(health, probe_state.clone()) {
+        return fail(format!("cannot start the probe server: {e}"));
+    }
     let app = Arc::new(server::App {
         injector: admit::Injector {
             base: config.inject.clone(),
@@ -416,7 +441,6 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
         rotation::withdraw(keeper, &cert_state).await;
     }
     let _ = server.await;
-    probe_task.abort();
     ExitCode::SUCCESS
 }
 

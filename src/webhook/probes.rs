@@ -1,7 +1,6 @@
 //! The webhook's own probes and metrics on plain HTTP: `/healthz`, `/readyz`, `/metrics`.
 //! Read-only, so it may listen on the pod IP for the kubelet and Prometheus.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -9,9 +8,7 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 
 use super::metrics;
 use super::rotation::CertState;
@@ -41,28 +38,15 @@ impl ProbeState {
     }
 }
 
-/// Serves the probes until the task is dropped.
-pub async fn serve(listener: TcpListener, state: Arc<ProbeState>) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "probe server accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(respond(&state, &req)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+/// Serves the probes from a thread of its own ([`crate::probe_server`]: bounded connections, a
+/// per-source allowance), so a flood on the health port neither starves the admissions, which
+/// share this process's runtime otherwise, nor uses up its descriptors.
+pub fn spawn(listener: std::net::TcpListener, state: Arc<ProbeState>) -> std::io::Result<()> {
+    crate::probe_server::spawn(
+        listener,
+        "webhook-probes",
+        Arc::new(move |req| respond(&state, req)),
+    )
 }
 
 fn respond(state: &ProbeState, req: &Request<Incoming>) -> Response<Full<Bytes>> {

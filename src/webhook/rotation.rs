@@ -40,6 +40,9 @@ pub struct SelfSigned {
     pub keeper: BundleKeeper,
     /// DNS names and IP addresses of the serving certificate.
     pub names: Vec<String>,
+    /// This replica's name (its pod's), written into its CAs: at start it retires the CAs its
+    /// earlier runs left in the bundle. `None`: it cannot recognise them; they expire.
+    pub replica: Option<String>,
     pub validity: Duration,
     /// Time between a caBundle change and the API server acting on it.
     pub propagation: Duration,
@@ -54,7 +57,12 @@ impl SelfSigned {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let mut current: Option<certs::Issued> = None;
         loop {
-            let issued = match certs::issue(&self.names, self.validity, SystemTime::now()) {
+            let issued = match certs::issue(
+                &self.names,
+                self.validity,
+                SystemTime::now(),
+                self.replica.as_deref(),
+            ) {
                 Ok(issued) => issued,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot make the serving certificate");
@@ -64,9 +72,15 @@ impl SelfSigned {
                     continue;
                 }
             };
-            // Add the new CA, keeping the old one: handshakes still get the old certificate.
+            // Add the new CA, keeping the old one: handshakes still get the old certificate. At
+            // start, the CAs of this replica's earlier runs go: their keys died with them.
             let new_ca = [issued.ca_der.clone()];
-            if !self.publish(&new_ca, &[], &mut shutdown).await {
+            let retire = if current.is_none() {
+                self.replica.as_deref()
+            } else {
+                None
+            };
+            if !self.publish(&new_ca, &[], retire, &mut shutdown).await {
                 return;
             }
             if current.is_none() {
@@ -80,7 +94,7 @@ impl SelfSigned {
             if let Some(old) = current.take() {
                 // Best effort: an old CA left behind expires and is pruned by the next write.
                 let _ = self
-                    .publish_once(&new_ca, std::slice::from_ref(&old.ca_der))
+                    .publish_once(&new_ca, std::slice::from_ref(&old.ca_der), None)
                     .await;
                 tracing::info!(
                     expires = %humantime::format_rfc3339_seconds(issued.not_after),
@@ -118,7 +132,7 @@ impl SelfSigned {
                         // take no admissions until the API server can have seen it.
                         tracing::warn!("our CA is missing from the caBundle; adding it again");
                         self.state.trusted.store(false, Ordering::SeqCst);
-                        if !self.publish(&[ours], &[], &mut shutdown).await {
+                        if !self.publish(&[ours], &[], None, &mut shutdown).await {
                             return;
                         }
                         if sleep_or_stop(self.propagation, &mut shutdown).await {
@@ -145,11 +159,12 @@ impl SelfSigned {
         &self,
         add: &[CertificateDer<'static>],
         remove: &[CertificateDer<'static>],
+        retire: Option<&str>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> bool {
         let mut backoff = RETRY_MIN;
         loop {
-            if self.publish_once(add, remove).await {
+            if self.publish_once(add, remove, retire).await {
                 if let Some(ca) = add.first() {
                     *self.state.our_ca.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca.clone());
                 }
@@ -166,8 +181,11 @@ impl SelfSigned {
         &self,
         add: &[CertificateDer<'static>],
         remove: &[CertificateDer<'static>],
+        retire: Option<&str>,
     ) -> bool {
-        let error = match tokio::time::timeout(API_TIMEOUT, self.keeper.update(add, remove)).await {
+        let error = match tokio::time::timeout(API_TIMEOUT, self.keeper.update(add, remove, retire))
+            .await
+        {
             Ok(Ok(())) => return true,
             Ok(Err(e)) => e.to_string(),
             Err(_) => "timed out".to_owned(),
@@ -186,7 +204,7 @@ pub async fn withdraw(keeper: &BundleKeeper, state: &CertState) {
         .unwrap_or_else(|e| e.into_inner())
         .take();
     if let Some(ca) = ours {
-        match tokio::time::timeout(API_TIMEOUT, keeper.update(&[], &[ca])).await {
+        match tokio::time::timeout(API_TIMEOUT, keeper.update(&[], &[ca], None)).await {
             Ok(Ok(())) => tracing::info!("our CA left the caBundle"),
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot remove our CA from the caBundle"),
             Err(_) => tracing::warn!("removing our CA from the caBundle timed out"),

@@ -47,6 +47,16 @@ impl Webhook {
     /// Starts the webhook keeping the caBundle of `configuration`, serving a certificate for
     /// 127.0.0.1, with the API identity of `kubeconfig` and a 1s propagation delay.
     pub fn start(configuration: &str, kubeconfig: &Path, extra: &[&str]) -> Webhook {
+        Self::start_with_env(configuration, kubeconfig, extra, &[])
+    }
+
+    /// [`Webhook::start`] with more environment variables (e.g. the downward API's POD_NAME).
+    pub fn start_with_env(
+        configuration: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &OsStr)],
+    ) -> Webhook {
         let port = free_port();
         let health_port = free_port();
         let listen = format!("--listen=127.0.0.1:{port}");
@@ -76,7 +86,10 @@ impl Webhook {
             &[
                 ("KUBECONFIG", kubeconfig.as_os_str()),
                 ("ELECTOR_LOG_LEVEL", OsStr::new("info,kube=warn")),
-            ],
+            ]
+            .into_iter()
+            .chain(env.iter().copied())
+            .collect::<Vec<_>>(),
         );
         Webhook {
             process,
