@@ -8,12 +8,11 @@
 //!   descriptors (the flag file and the API connections need them);
 //! - a request head must be complete within [`HEADER_READ_TIMEOUT`] (also the idle limit of a
 //!   kept-alive connection), and no connection lives longer than [`MAX_CONNECTION_LIFETIME`];
-//! - each source address may open [`PEER_BURST`] connections at once and [`PEER_RATE`] a second
-//!   after that; beyond it a connection is closed as soon as it is accepted, before any HTTP
-//!   work, so a flood from one pod costs an accept and a close, not a request;
 //! - when full, the newcomer replaces the oldest connection of the source that holds the most,
 //!   so the kubelet (one connection per probe, from the node's address) is never the one
-//!   dropped while another source holds several.
+//!   dropped while another source holds several, and a newcomer is never turned away: a probe
+//!   from the same address as a flood (hostNetwork pods share the node's) still gets a slot,
+//!   which a per-source rate limit would refuse it.
 //!
 //! What it cannot bound is many sources at once, or the kernel's work for a flood's packets:
 //! that is the NetworkPolicy's job (README, "Probe port").
@@ -22,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -40,16 +39,6 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// No connection lives longer than this, whatever it does.
 pub const MAX_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-/// Connections one source address may open at once before [`PEER_RATE`] applies: the
-/// kubelet's liveness, readiness and startup probes arriving together, and a scrape.
-pub const PEER_BURST: u32 = 16;
-/// Connections a second one source address may open after its burst: far above a kubelet
-/// (one per probe period) and Prometheus (one per scrape interval).
-pub const PEER_RATE: u32 = 8;
-/// Source addresses remembered for [`PEER_RATE`]; past it, the ones with a full allowance (not
-/// seen for a while) are forgotten.
-const MAX_PEERS: usize = 1024;
-
 /// What answers a request: a pure function of the request and the caller's state.
 pub type Respond = Arc<dyn Fn(&Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync>;
 
@@ -79,65 +68,13 @@ pub fn spawn(listener: std::net::TcpListener, name: &str, respond: Respond) -> s
     Ok(())
 }
 
-/// One source's allowance of new connections (a token bucket).
-struct Allowance {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Allowance {
-    fn full(now: Instant) -> Self {
-        Allowance {
-            tokens: f64::from(PEER_BURST),
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let earned = now.duration_since(self.at).as_secs_f64() * f64::from(PEER_RATE);
-        self.tokens = (self.tokens + earned).min(f64::from(PEER_BURST));
-        self.at = now;
-    }
-
-    /// Takes one connection's worth, if there is one.
-    fn take(&mut self, now: Instant) -> bool {
-        self.refill(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// The per-source bookkeeping of the accept loop: allowances and open connections.
+/// The per-source bookkeeping of the accept loop: the open connections of each address.
 #[derive(Default)]
 struct Peers {
-    allowances: HashMap<IpAddr, Allowance>,
     open: HashMap<IpAddr, VecDeque<AbortHandle>>,
 }
 
 impl Peers {
-    /// Whether `peer` may open a connection now.
-    fn admit(&mut self, peer: IpAddr, now: Instant) -> bool {
-        if self.allowances.len() >= MAX_PEERS && !self.allowances.contains_key(&peer) {
-            self.allowances.retain(|_, a| {
-                a.refill(now);
-                a.tokens < f64::from(PEER_BURST)
-            });
-            if self.allowances.len() >= MAX_PEERS {
-                // Every one of them busy: a flood from many sources, which only a
-                // NetworkPolicy stops. Forget them all rather than grow.
-                self.allowances.clear();
-            }
-        }
-        self.allowances
-            .entry(peer)
-            .or_insert_with(|| Allowance::full(now))
-            .take(now)
-    }
-
     fn prune(&mut self) {
         self.open.retain(|_, tasks| {
             tasks.retain(|t| !t.is_finished());
@@ -168,7 +105,6 @@ async fn serve(listener: TcpListener, respond: Respond) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut peers = Peers::default();
     let mut accept_failures = 0u64;
-    let mut refused = 0u64;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(conn) => conn,
@@ -184,14 +120,6 @@ async fn serve(listener: TcpListener, respond: Respond) {
             }
         };
         let peer = peer.ip().to_canonical();
-        if !peers.admit(peer, Instant::now()) {
-            refused += 1;
-            if refused == 1 || refused.is_multiple_of(1000) {
-                tracing::warn!(%peer, refused, "probe port: too many connections from one address; closing them at once");
-            }
-            drop(stream);
-            continue;
-        }
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
@@ -229,30 +157,34 @@ async fn serve(listener: TcpListener, respond: Respond) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_source_gets_its_burst_then_its_rate() {
-        let t0 = Instant::now();
+    /// The source holding the most connections loses its oldest; the kubelet's one stays.
+    #[tokio::test]
+    async fn eviction_takes_from_the_heaviest_source() {
         let mut peers = Peers::default();
         let flood: IpAddr = [10, 0, 0, 9].into();
         let kubelet: IpAddr = [10, 0, 0, 1].into();
-        let granted = (0..100).filter(|_| peers.admit(flood, t0)).count();
-        assert_eq!(granted, PEER_BURST as usize);
-        // Another source is not held back by the first.
-        assert!(peers.admit(kubelet, t0));
-        // One second later: the rate's worth again.
-        let t1 = t0 + Duration::from_secs(1);
-        let granted = (0..100).filter(|_| peers.admit(flood, t1)).count();
-        assert_eq!(granted, PEER_RATE as usize);
-    }
-
-    #[test]
-    fn forgetting_sources_is_bounded() {
-        let t0 = Instant::now();
-        let mut peers = Peers::default();
-        for i in 0..(MAX_PEERS as u32 * 3) {
-            let peer = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
-            assert!(peers.admit(peer, t0), "a new source gets its burst");
-            assert!(peers.allowances.len() <= MAX_PEERS);
+        let idle = || tokio::spawn(std::future::pending::<()>());
+        let probe = idle();
+        peers
+            .open
+            .entry(kubelet)
+            .or_default()
+            .push_back(probe.abort_handle());
+        let floods: Vec<_> = (0..3).map(|_| idle()).collect();
+        for f in &floods {
+            peers
+                .open
+                .entry(flood)
+                .or_default()
+                .push_back(f.abort_handle());
         }
+        peers.evict();
+        tokio::task::yield_now().await;
+        assert!(
+            floods[0].is_finished(),
+            "the flood's oldest was not evicted"
+        );
+        assert!(!probe.is_finished(), "the kubelet's connection was evicted");
+        assert_eq!(peers.open[&flood].len(), 2);
     }
 }

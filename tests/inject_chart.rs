@@ -180,10 +180,12 @@ EOF\n\
     assert_eq!(
         names.lines().collect::<Vec<_>>(),
         [
-            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart-fence.other.passmower-elector",
-            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart-fence.passmower.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart.other.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart.passmower.passmower-elector",
+            // The write fence is named by the ServiceAccount it guards, so an install can never
+            // leave a second fence for the same pods.
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-fence.other.passmower",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-fence.passmower.passmower",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-inject.passmower.passmower",
         ]
     );
