@@ -101,6 +101,16 @@ fn unsafe_timings_are_refused() {
         &[],
     );
     assert!(stderr.contains("--renew-deadline"), "{stderr}");
+    // Safe by the lease rule but below the floor `elect` enforces, so every sidecar would exit 2.
+    let stderr = refused(
+        &["inject", "--retry-period", "1ns"],
+        &golden("passmower.in.yaml"),
+        &[],
+    );
+    assert!(
+        stderr.contains("--retry-period") && stderr.contains("at least 100ms"),
+        "{stderr}"
+    );
 }
 
 #[test]

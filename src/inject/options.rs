@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use super::workload::WorkloadKind;
 use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use crate::config::{self, ConfigError};
+use crate::election::Timing;
 
 /// A repository nothing publishes, which earlier versions used as the default image: refused
 /// with the way to build one, so no pod waits forever on an image pull.
@@ -477,38 +478,16 @@ impl InjectOptions {
                 ),
             ));
         }
-        // The same safety rule `elect` enforces at start: the old leader's app has stopped
-        // (grant lapsed at R, killed by R + K) before a candidate may take over at D.
-        let margin = Duration::from_secs(1);
-        let (d, r, p, k) = (
-            self.lease_duration,
-            self.renew_deadline,
-            self.retry_period,
-            self.kill_grace,
-        );
-        if r + k + margin >= d {
-            return Err(ConfigError::new(
-                "--renew-deadline",
-                config::human(r),
-                format!(
-                    "renew deadline + kill grace + 1s margin must be less than the lease duration \
-                     ({} + {} + 1s >= {})",
-                    config::human(r),
-                    config::human(k),
-                    config::human(d)
-                ),
-            ));
+        // The rules `elect` enforces at start, so no injected pod is refused there: the old
+        // leader's app has stopped (grant lapsed at R, killed by R + K) before a candidate may
+        // take over at D, and no duration is below its floor.
+        Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            kill_grace: self.kill_grace,
         }
-        if p >= r {
-            return Err(ConfigError::new(
-                "--retry-period",
-                config::human(p),
-                format!(
-                    "must be less than the renew deadline ({})",
-                    config::human(r)
-                ),
-            ));
-        }
+        .validate()?;
         Ok(())
     }
 }
@@ -547,8 +526,19 @@ mod tests {
             renew_deadline: Duration::from_secs(12),
             ..opts()
         };
-        assert_eq!(bad.validate().unwrap_err().flag, "--renew-deadline");
+        let err = bad.validate().unwrap_err();
+        assert_eq!(err.flag, "--lease-duration");
+        assert!(
+            err.reason.contains("--renew-deadline + --kill-grace"),
+            "{err}"
+        );
         assert!(opts().validate().is_ok());
+        // The floors `elect` enforces: a 1ns retry period would be refused by every sidecar.
+        let nano = InjectOptions {
+            retry_period: Duration::from_nanos(1),
+            ..opts()
+        };
+        assert_eq!(nano.validate().unwrap_err().flag, "--retry-period");
     }
 
     #[test]
