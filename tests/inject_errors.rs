@@ -274,3 +274,23 @@ fn on_error_manifest_puts_the_reason_where_helm_4_shows_it() {
     // Without the flag a usage error stays clap's: exit 2, nothing on stdout.
     check_refused(run(&["inject", "--imagee=x"], "", &[]));
 }
+
+/// `terminationGracePeriodSeconds: -5` got "is not a whole number", which it is.
+#[test]
+fn a_negative_termination_grace_period_is_called_negative_with_its_path_and_range() {
+    let input = golden("passmower.in.yaml").replacen(
+        "\n      containers:",
+        "\n      terminationGracePeriodSeconds: -5\n      containers:",
+        1,
+    );
+    assert!(input.contains("terminationGracePeriodSeconds: -5"));
+    let stderr = refused(&["inject"], &input, &[]);
+    for needle in [
+        "Deployment/passmower",
+        "spec.template.spec.terminationGracePeriodSeconds must be a whole number of seconds \
+         from 0 to",
+        "got -5, which is negative",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+    }
+}

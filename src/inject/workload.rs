@@ -372,15 +372,36 @@ pub fn rewrite_pod_spec(
     }
 
     // Shutdown must fit the app's own stop, the kill grace and the Lease release.
-    let existing = match pod.get("terminationGracePeriodSeconds") {
-        None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_SECONDS,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| site.error("terminationGracePeriodSeconds is not a whole number"))?,
-    };
-    let grace = existing + drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
-    pod.insert("terminationGracePeriodSeconds".into(), grace.into());
+    let added = drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    let existing = termination_grace(pod.get("terminationGracePeriodSeconds"), added)
+        .map_err(|reason| site.error(format!("{path}.terminationGracePeriodSeconds {reason}")))?;
+    pod.insert(
+        "terminationGracePeriodSeconds".into(),
+        (existing + added).into(),
+    );
     Ok(())
+}
+
+/// The pod's own termination grace period in seconds (Kubernetes' default when unset), which
+/// gets `added` seconds: a whole number from 0 up to what still fits the field (an int64) with
+/// them added. The error says what is wrong and what is allowed.
+fn termination_grace(value: Option<&Value>, added: u64) -> Result<u64, String> {
+    let max = (i64::MAX as u64).saturating_sub(added);
+    let allowed = format!("must be a whole number of seconds from 0 to {max}");
+    match value {
+        None | Some(Value::Null) => Ok(DEFAULT_TERMINATION_GRACE_SECONDS),
+        Some(v) => match (v.as_u64(), v.as_i64()) {
+            (Some(secs), _) if secs <= max => Ok(secs),
+            (Some(secs), _) => Err(format!(
+                "{allowed} (the {added}s inject adds must still fit): got {secs}"
+            )),
+            (None, Some(negative)) => Err(format!("{allowed}: got {negative}, which is negative")),
+            (None, None) => {
+                let shown = serde_norway::to_string(v).unwrap_or_default();
+                Err(format!("{allowed}: got {}", shown.trim()))
+            }
+        },
+    }
 }
 
 /// Gives the app container a `preStop` sleep of [`DRAIN_SECONDS`], so its SIGTERM (and the app's
@@ -987,6 +1008,42 @@ spec:
             grace,
             Some(60 + DRAIN_SECONDS + 3 + RELEASE_ALLOWANCE_SECONDS)
         );
+    }
+
+    /// `-5` got "is not a whole number", which it is: the message now says it is negative, names
+    /// the field's path and the allowed range.
+    #[test]
+    fn a_grace_period_that_is_negative_or_no_number_says_what_is_wrong() {
+        for (given, got) in [
+            ("-5", "got -5, which is negative"),
+            ("1.5", "got 1.5"),
+            ("'30'", "got '30'"),
+            (
+                "9223372036854775807",
+                "must still fit): got 9223372036854775807",
+            ),
+        ] {
+            let text = DEPLOYMENT.replace(
+                "      containers:",
+                &format!("      terminationGracePeriodSeconds: {given}\n      containers:"),
+            );
+            let (mut value, target) = target_of(&text, &opts());
+            let err = rewrite(&mut value, &target, &opts(), &mut Vec::new()).unwrap_err();
+            let err = err.to_string();
+            assert!(
+                err.contains(
+                    "spec.template.spec.terminationGracePeriodSeconds must be a whole number \
+                     of seconds from 0 to"
+                ),
+                "{given}: {err}"
+            );
+            assert!(err.contains(got), "{given}: {err}");
+        }
+        assert_eq!(termination_grace(None, 13), Ok(30));
+        assert_eq!(termination_grace(Some(&Value::from(0)), 13), Ok(0));
+        let max = i64::MAX as u64 - 13;
+        assert_eq!(termination_grace(Some(&Value::from(max)), 13), Ok(max));
+        assert!(termination_grace(Some(&Value::from(max + 1)), 13).is_err());
     }
 
     #[test]
