@@ -209,8 +209,10 @@ mod tests {
     fn a_retry_period_or_renew_deadline_below_its_floor_is_refused() {
         let err = t(15_000, 10_000, 0, 3_000).validate().unwrap_err();
         assert_eq!(err.flag, "--retry-period");
-        let mut nano = Timing::default();
-        nano.retry_period = Duration::from_nanos(1);
+        let nano = Timing {
+            retry_period: Duration::from_nanos(1),
+            ..Timing::default()
+        };
         let err = nano.validate().unwrap_err();
         assert_eq!(err.flag, "--retry-period");
         assert!(err.reason.contains("at least 100ms"), "{err}");
