@@ -294,3 +294,50 @@ fn a_negative_termination_grace_period_is_called_negative_with_its_path_and_rang
         assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
     }
 }
+
+/// What a cluster older than `--kube-version` says cannot serve is refused, naming the flag
+/// that fits it; before this, a 1.29 cluster got a Deployment (preStop sleep) and a fence it
+/// refuses, and nothing here said why.
+#[test]
+fn what_the_named_kubernetes_version_cannot_serve_is_refused_naming_the_way_out() {
+    let input = golden("passmower.in.yaml");
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["inject", "--namespace", "auth", "--kube-version", "1.29"],
+            &["--kube-version", "write fence", "1.30", "--no-fence"],
+        ),
+        (
+            &[
+                "inject",
+                "--kube-version=1.29",
+                "--no-fence",
+                "--deny-idle-namespace",
+            ],
+            &["--kube-version", "--deny-idle-namespace", "1.30"],
+        ),
+        (
+            &["inject", "--kube-version=1.28", "--no-fence"],
+            &[
+                "--kube-version",
+                "native sidecar",
+                "1.29",
+                "--classic-sidecar",
+            ],
+        ),
+        (
+            &["inject", "--kube-version=latest"],
+            &["--kube-version", "MAJOR.MINOR"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let stderr = refused(args, &input, &[]);
+        for needle in *needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} not in: {stderr}"
+            );
+        }
+    }
+    let stderr = refused(&["inject"], &input, &[("ELECTOR_KUBE_VERSION", "1.29")]);
+    assert!(stderr.contains("--no-fence"), "{stderr}");
+}

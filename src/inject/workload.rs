@@ -17,8 +17,8 @@ use serde_norway::{Mapping, Value};
 
 use super::identity::AppIdentity;
 use super::{
-    InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
-    PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
+    InjectError, InjectOptions, KubeVersion, DEFAULT_CONTAINER, INJECTED_ANNOTATION,
+    LEASE_ANNOTATION, PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
 };
 
 /// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
@@ -351,7 +351,7 @@ pub fn rewrite_pod_spec(
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
-    let drain = add_drain(main, opts);
+    let drain = add_drain(main, site, opts, warnings);
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -408,9 +408,26 @@ fn termination_grace(value: Option<&Value>, added: u64) -> Result<u64, String> {
 /// stop) comes once the Service has stopped routing to the pod; returns the seconds added. The
 /// leader keeps leading through the drain under every rule of the grant, so nothing of the
 /// handover changes but its start. Left out when the container has a `preStop` of its own, and
-/// with `--classic-sidecar`: the sleep action needs Kubernetes 1.30.
-fn add_drain(main: &mut Mapping, opts: &InjectOptions) -> u64 {
+/// with `--classic-sidecar` or a `--kube-version` before 1.30: the sleep action is served from
+/// 1.30 (in 1.29 it is alpha, off by default: the apiserver drops `sleep` and then refuses the
+/// empty handler, so the whole Deployment would be refused). That omission is a warning.
+fn add_drain(
+    main: &mut Mapping,
+    site: &PodSite,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> u64 {
     if opts.classic_sidecar {
+        return 0;
+    }
+    let needed = KubeVersion::SLEEP_ACTION_AND_POLICY;
+    if let Some(cluster) = opts.kube_version.filter(|c| !needed.served_by(Some(*c))) {
+        warnings.push(format!(
+            "{}: no preStop drain for container {:?}: the sleep action needs Kubernetes \
+             {needed} and --kube-version is {cluster}, so a pod going away may still be sent \
+             requests through its Service for a moment after its app stopped",
+            site.workload, opts.container
+        ));
         return 0;
     }
     let lifecycle = main
@@ -1092,6 +1109,51 @@ spec:
         let (value, _) = rewritten(DEPLOYMENT, &classic);
         assert!(pre_stop(&value).is_null(), "{:?}", pre_stop(&value));
         assert_eq!(grace(&value), Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS));
+    }
+
+    /// A 1.29 cluster refuses a Deployment whose container has a `preStop` sleep (the sleep
+    /// action is alpha there: the field is dropped and the empty handler is invalid), so for
+    /// `--kube-version` 1.29 the drain is left out, with a warning saying what that costs.
+    #[test]
+    fn no_sleep_drain_for_a_cluster_before_1_30() {
+        let lifecycle = |value: &Value| {
+            at(value, &["spec", "template", "spec", "containers"]).unwrap()[0]["lifecycle"].clone()
+        };
+        let at_version = |minor| InjectOptions {
+            kube_version: Some(KubeVersion::new(1, minor)),
+            ..opts()
+        };
+        let (value, warnings) = rewritten(DEPLOYMENT, &at_version(29));
+        assert!(
+            lifecycle(&value)["preStop"].is_null(),
+            "{:?}",
+            lifecycle(&value)
+        );
+        let grace = at(
+            &value,
+            &["spec", "template", "spec", "terminationGracePeriodSeconds"],
+        );
+        assert_eq!(
+            grace.and_then(Value::as_u64),
+            Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS)
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("no preStop drain") && w.contains("Kubernetes 1.30")),
+            "{warnings:?}"
+        );
+        for minor in [30, 37] {
+            let (value, warnings) = rewritten(DEPLOYMENT, &at_version(minor));
+            assert_eq!(
+                lifecycle(&value)["preStop"]["sleep"]["seconds"].as_u64(),
+                Some(DRAIN_SECONDS)
+            );
+            assert!(
+                !warnings.iter().any(|w| w.contains("preStop")),
+                "{warnings:?}"
+            );
+        }
     }
 
     #[test]
