@@ -691,6 +691,15 @@ fn unsafe_or_malformed_flags_exit_2_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&["--lease-duration", "10s"], "--lease-duration"),
         (&["--retry-period", "10s"], "--retry-period"),
+        // Shorter than the renew deadline, but the leader would update the Lease non-stop.
+        (
+            &["--retry-period", "1ns"],
+            "--retry-period \"1ns\": must be at least 100ms",
+        ),
+        (
+            &["--renew-deadline", "500ms", "--retry-period", "100ms"],
+            "--renew-deadline \"500ms\": must be at least 1s",
+        ),
         (&["--kill-grace", "0s"], "--kill-grace"),
         (&["--renew-deadline", "soon"], "--renew-deadline"),
         (

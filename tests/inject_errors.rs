@@ -101,6 +101,16 @@ fn unsafe_timings_are_refused() {
         &[],
     );
     assert!(stderr.contains("--renew-deadline"), "{stderr}");
+    // Safe by the lease rule but below the floor `elect` enforces, so every sidecar would exit 2.
+    let stderr = refused(
+        &["inject", "--retry-period", "1ns"],
+        &golden("passmower.in.yaml"),
+        &[],
+    );
+    assert!(
+        stderr.contains("--retry-period") && stderr.contains("at least 100ms"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -373,4 +383,71 @@ fn on_error_manifest_puts_the_reason_where_helm_4_shows_it() {
     }
     // Without the flag a usage error stays clap's: exit 2, nothing on stdout.
     check_refused(run(&["inject", "--imagee=x"], "", &[]));
+}
+
+/// `terminationGracePeriodSeconds: -5` got "is not a whole number", which it is.
+#[test]
+fn a_negative_termination_grace_period_is_called_negative_with_its_path_and_range() {
+    let input = golden("passmower.in.yaml").replacen(
+        "\n      containers:",
+        "\n      terminationGracePeriodSeconds: -5\n      containers:",
+        1,
+    );
+    assert!(input.contains("terminationGracePeriodSeconds: -5"));
+    let stderr = refused(&["inject"], &input, &[]);
+    for needle in [
+        "Deployment/passmower",
+        "spec.template.spec.terminationGracePeriodSeconds must be a whole number of seconds \
+         from 0 to",
+        "got -5, which is negative",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+    }
+}
+
+/// What a cluster older than `--kube-version` says cannot serve is refused, naming the flag
+/// that fits it; before this, a 1.29 cluster got a Deployment (preStop sleep) and a fence it
+/// refuses, and nothing here said why.
+#[test]
+fn what_the_named_kubernetes_version_cannot_serve_is_refused_naming_the_way_out() {
+    let input = golden("passmower.in.yaml");
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["inject", "--namespace", "auth", "--kube-version", "1.29"],
+            &["--kube-version", "write fence", "1.30", "--no-fence"],
+        ),
+        (
+            &[
+                "inject",
+                "--kube-version=1.29",
+                "--no-fence",
+                "--deny-idle-namespace",
+            ],
+            &["--kube-version", "--deny-idle-namespace", "1.30"],
+        ),
+        (
+            &["inject", "--kube-version=1.28", "--no-fence"],
+            &[
+                "--kube-version",
+                "native sidecar",
+                "1.29",
+                "--classic-sidecar",
+            ],
+        ),
+        (
+            &["inject", "--kube-version=latest"],
+            &["--kube-version", "MAJOR.MINOR"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let stderr = refused(args, &input, &[]);
+        for needle in *needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} not in: {stderr}"
+            );
+        }
+    }
+    let stderr = refused(&["inject"], &input, &[("ELECTOR_KUBE_VERSION", "1.29")]);
+    assert!(stderr.contains("--no-fence"), "{stderr}");
 }

@@ -96,6 +96,37 @@ fn classic_sidecar_with_idle_namespace_policy() {
     assert!(!output.contains("restartPolicy: Always"));
 }
 
+/// For a 1.29 cluster (`--kube-version`, with `--no-fence`, which it needs): no `preStop` sleep,
+/// which a 1.29 apiserver refuses, and a warning saying so. manifests_dry_run.rs has the real
+/// apiserver accept this output like every golden one.
+#[test]
+fn a_cluster_before_1_30_gets_no_sleep_drain() {
+    let output = inject_ok(
+        &[
+            "inject",
+            "--namespace",
+            "auth",
+            "--kube-version",
+            "v1.29.4",
+            "--no-fence",
+        ],
+        &golden("passmower.in.yaml"),
+    );
+    check_golden("passmower-1.29.out.yaml", &output);
+    assert!(!output.contains("preStop:"), "{output}");
+    assert!(!output.contains("lifecycle:"), "{output}");
+    assert!(!output.contains("sleep:"), "{output}");
+    assert!(
+        output.contains("restartPolicy: Always"),
+        "1.29 has native sidecars"
+    );
+    assert!(
+        output.contains("no preStop drain"),
+        "the warning is in the manifest"
+    );
+    assert!(!output.contains("kind: ValidatingAdmissionPolicy"));
+}
+
 #[test]
 fn mixed_stream_passes_other_documents_byte_for_byte() {
     let input = golden("mixed.in.yaml");

@@ -241,6 +241,169 @@ fn a_reread_interval_the_margin_does_not_cover_is_refused() {
     assert_config_error(&sb, &out, &["--reread-interval", "500ms"]);
 }
 
+/// Durations that pass the parser but make the supervisor spin or storm: a 1ns re-read spun a
+/// core, a 1ns backoff restarted a crashing app as fast as it could fork, a 1ns reset forgave
+/// every crash. Each is refused naming the flag and its range.
+#[test]
+fn durations_that_spin_or_storm_are_refused_with_their_range() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--reread-interval", "1ns"],
+            &["--reread-interval", "10ms", "500ms"],
+        ),
+        (
+            &["--reread-interval", "9ms"],
+            &["--reread-interval", "10ms", "500ms"],
+        ),
+        (
+            &["--restart-backoff-initial", "1ns"],
+            &["--restart-backoff-initial", "at least 100ms"],
+        ),
+        (
+            &[
+                "--restart-backoff-initial",
+                "1ns",
+                "--restart-backoff-max",
+                "1ns",
+            ],
+            &["--restart-backoff-initial", "at least 100ms"],
+        ),
+        (
+            &["--restart-backoff-max", "1ns"],
+            &[
+                "--restart-backoff-max",
+                "at least --restart-backoff-initial (200ms)",
+            ],
+        ),
+        (
+            &["--restart-backoff-reset", "1ns"],
+            &["--restart-backoff-reset", "at least 1s"],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let mut args = vec!["--flag-file", f.as_str(), "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let out = run(&sb, &args, true);
+        assert_config_error(&sb, &out, needles);
+    }
+    // The bounds themselves are allowed: this run gets past validation and starts the app.
+    let mut child = Command::new(BIN)
+        .args(["supervise", "--flag-file", &f, "--listen", "127.0.0.1:0"])
+        .args([
+            "--reread-interval",
+            "10ms",
+            "--restart-backoff-initial",
+            "100ms",
+        ])
+        .args([
+            "--restart-backoff-max",
+            "100ms",
+            "--restart-backoff-reset",
+            "1s",
+        ])
+        .arg("--")
+        .arg(sb.script("ok.sh", &format!("touch {}", sb.path("ran").display())))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let ran = wait_until(std::time::Duration::from_secs(20), || {
+        sb.path("ran").exists()
+    });
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    assert!(ran, "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// SIGCHLD or SIGTERM as the toggle signal was accepted: the app took a child's exit or a
+/// shutdown request for a mode change (and SIGTERM also shut it down).
+#[test]
+fn a_toggle_signal_with_a_meaning_of_its_own_is_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    for (sig, why) in [
+        ("SIGCHLD", "child's exit"),
+        ("SIGTERM", "shut down"),
+        ("SIGINT", "shut down"),
+        ("SIGCONT", "job control"),
+        ("SIGPIPE", "broken pipe"),
+        ("KILL", "cannot be caught"),
+    ] {
+        let policy = format!("--on-change=signal:{sig}");
+        let out = run(
+            &sb,
+            &["--flag-file", &f, "--listen", "127.0.0.1:0", &policy],
+            true,
+        );
+        assert_config_error(
+            &sb,
+            &out,
+            &[
+                "--on-change",
+                "cannot mean \"switch mode\"",
+                why,
+                "SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH",
+            ],
+        );
+    }
+}
+
+/// `--leader-port-map 9090=9090` was accepted: the leader instance then tried to bind the port
+/// the serving instance holds, failed on every promotion, and crash-looped.
+#[test]
+fn a_leader_port_map_onto_a_taken_port_is_refused() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let toggle = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{toggle}");
+    let onto_toggle = format!("--leader-port-map=3000={toggle}");
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--leader-port-map=9090=9090"],
+            &[
+                "--leader-port-map",
+                "9090=9090 maps the port to itself",
+                "TO must be 0",
+            ],
+        ),
+        (
+            &["--leader-port-map=3000=9090", "--leader-port-map=9090=0"],
+            &[
+                "--leader-port-map",
+                "3000=9090",
+                "serving instance listens on 9090",
+            ],
+        ),
+        (
+            &[
+                "--leader-port-map=3000=13000",
+                "--leader-port-map=9090=13000",
+            ],
+            &["--leader-port-map", "3000 goes to 13000 as well"],
+        ),
+        (
+            &[onto_toggle.as_str()],
+            &["--leader-port-map", "toggle (--listen)", listen.as_str()],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let mut args = vec![
+            "--flag-file",
+            f.as_str(),
+            "--listen",
+            listen.as_str(),
+            "--on-change=leader-instance",
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&sb, &args, true);
+        assert_config_error(&sb, &out, needles);
+    }
+}
+
 /// A second, leader-only instance makes no sense beside "run nothing as follower", and a port
 /// map moves only that instance's ports.
 #[test]

@@ -203,7 +203,7 @@ fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_on
              while :; do sleep 0.05 & wait $!; done"
         ),
     );
-    let sv = start(&sb, &app, &["--restart-backoff-initial", "50ms"]);
+    let sv = start(&sb, &app, &["--restart-backoff-initial", "100ms"]);
     let serving = wait_serving(&sv, &sb);
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
@@ -413,7 +413,7 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
     // failures reach the elector in the ack, which steps down after --max-leader-failures.
     let sb = Sandbox::new();
     let app = node_app(&sb, port_a, port_b);
-    let sv = start(&sb, &app, &["--restart-backoff-initial", "50ms"]);
+    let sv = start(&sb, &app, &["--restart-backoff-initial", "100ms"]);
     wait_serving(&sv, &sb);
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(

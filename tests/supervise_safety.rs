@@ -304,7 +304,7 @@ fn failed_leader_starts_are_counted_in_the_signed_ack_and_reset_by_a_demotion() 
             "--follower-env",
             "MODE=follower",
             "--restart-backoff-initial",
-            "50ms",
+            "100ms",
             "--restart-backoff-max",
             "200ms",
         ],

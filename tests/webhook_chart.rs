@@ -94,6 +94,10 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
                 "the webhook's own pods must opt out"
             );
             assert_eq!(of_kind(&docs, "PodDisruptionBudget").len(), 1);
+            // The webhook is told the cluster's version (Helm's, unless the value sets one),
+            // which decides whether pods get the preStop sleep drain (1.30 or later).
+            let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+            assert!(args.contains("\"--kube-version=v1."), "{args}");
             for doc in &docs {
                 // cert-manager's kinds are not served by a bare API server.
                 if doc["apiVersion"]
@@ -111,6 +115,11 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
                 checked += 1;
             }
         }
+        let docs = render(&helm, "dry", "x", &["injection.kubeVersion=1.29"]).expect("render");
+        let args = of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+            ["args"]
+            .to_string();
+        assert!(args.contains("\"--kube-version=1.29\""), "{args}");
         // What the chart must refuse, it refuses naming the value.
         for (set, expected) in [
             (&["image.repository="][..], "image.repository is required"),

@@ -9,6 +9,17 @@ use crate::config::{human, ConfigError};
 /// rate differences between nodes and scheduling delays.
 pub const MIN_MARGIN: Duration = Duration::from_secs(1);
 
+/// The shortest retry period P: the leader writes the Lease every P, and followers whose watch
+/// is quiet read it every P. Safety rests on D, R and K alone, so a shorter P buys nothing but
+/// load: at 1ns the leader would update the Lease as fast as the apiserver answers. 100ms
+/// (ten writes a second) is already far below any leader election in Kubernetes (2s).
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+
+/// The shortest renew deadline R: every API call gets at most R/2 (see
+/// [`Timing::api_timeout`]), and below 1s that is less than the 500ms a slow but healthy
+/// apiserver needs, so the leader would lose its grant again and again for nothing.
+pub const MIN_RENEW_DEADLINE: Duration = Duration::from_secs(1);
+
 /// The longest foreign `leaseDurationSeconds` a follower honours (when it is longer than its own
 /// lease duration). A holder may promise a longer duration than ours (a peer configured
 /// differently, client-go with a long lease), and we wait for it; but the field is written by
@@ -60,6 +71,28 @@ impl Timing {
                     "must be greater than zero",
                 ));
             }
+        }
+        if self.retry_period < MIN_RETRY_PERIOD {
+            return Err(ConfigError::new(
+                "--retry-period",
+                human(self.retry_period),
+                format!(
+                    "must be at least {} (and shorter than --renew-deadline): the leader writes \
+                     the Lease every retry period, and a shorter one only loads the apiserver",
+                    human(MIN_RETRY_PERIOD)
+                ),
+            ));
+        }
+        if self.renew_deadline < MIN_RENEW_DEADLINE {
+            return Err(ConfigError::new(
+                "--renew-deadline",
+                human(self.renew_deadline),
+                format!(
+                    "must be at least {}: every API call gets half the renew deadline, and less \
+                     than 500ms makes a slow but healthy apiserver cost the leader its grant",
+                    human(MIN_RENEW_DEADLINE)
+                ),
+            ));
         }
         if self.retry_period >= self.renew_deadline {
             return Err(ConfigError::new(
@@ -168,6 +201,28 @@ mod tests {
             t(15_000, 10_000, 2_000, 0).validate().unwrap_err().flag,
             "--kill-grace"
         );
+    }
+
+    /// A 1ns retry period passed (it is shorter than any renew deadline): the leader then
+    /// updated the Lease as fast as the apiserver answered.
+    #[test]
+    fn a_retry_period_or_renew_deadline_below_its_floor_is_refused() {
+        let err = t(15_000, 10_000, 0, 3_000).validate().unwrap_err();
+        assert_eq!(err.flag, "--retry-period");
+        let nano = Timing {
+            retry_period: Duration::from_nanos(1),
+            ..Timing::default()
+        };
+        let err = nano.validate().unwrap_err();
+        assert_eq!(err.flag, "--retry-period");
+        assert!(err.reason.contains("at least 100ms"), "{err}");
+        t(15_000, 10_000, 100, 3_000).validate().unwrap();
+        let err = t(3_000, 999, 100, 500).validate().unwrap_err();
+        assert_eq!(err.flag, "--renew-deadline");
+        assert!(err.reason.contains("at least 1s"), "{err}");
+        t(3_000, 1_000, 100, 500).validate().unwrap();
+        // At the floors every API call still gets 500ms.
+        assert!(t(3_000, 1_000, 100, 500).api_timeout() >= Duration::from_millis(500));
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
 pub use options::{
     image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command, AppOnChange,
-    InjectArgs, InjectOptions, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
+    InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
+    UNPUBLISHED_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};

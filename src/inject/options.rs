@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use super::workload::WorkloadKind;
 use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use crate::config::{self, ConfigError};
+use crate::election::Timing;
 
 /// A repository nothing publishes, which earlier versions used as the default image: refused
 /// with the way to build one, so no pod waits forever on an image pull.
@@ -86,6 +87,14 @@ pub struct SidecarArgs {
     /// restartPolicy: Always), for clusters older than Kubernetes 1.29.
     #[arg(long, env = "ELECTOR_CLASSIC_SIDECAR")]
     pub classic_sidecar: bool,
+    /// The Kubernetes version of the cluster the output is for (`1.29`, `v1.29.3`, as
+    /// `kubectl version` prints it); default: 1.30 or later. Below 1.30 the app's `preStop`
+    /// sleep drain is left out (the sleep action is served from 1.30; a 1.29 apiserver refuses
+    /// the Deployment) and the write fence and --deny-idle-namespace are refused; below 1.29
+    /// the native sidecar is refused (use --classic-sidecar).
+    #[arg(long, env = "ELECTOR_KUBE_VERSION", value_name = "MAJOR.MINOR",
+        value_parser = KubeVersion::parse)]
+    pub kube_version: Option<KubeVersion>,
     /// Lease name; default: the workload's name.
     #[arg(long, env = "ELECTOR_LEASE_NAME")]
     pub lease_name: Option<String>,
@@ -201,6 +210,8 @@ pub struct InjectOptions {
     pub on_change: Option<AppOnChange>,
     /// Elector as a plain container rather than a native sidecar.
     pub classic_sidecar: bool,
+    /// The cluster's Kubernetes version; `None`: 1.30 or later (everything emitted is served).
+    pub kube_version: Option<KubeVersion>,
     /// Kinds of workload to target.
     pub kinds: Vec<WorkloadKind>,
     /// Lease name for every target; `None` names each Lease after its workload.
@@ -260,6 +271,7 @@ impl InjectOptions {
             app_command: None,
             on_change: None,
             classic_sidecar: false,
+            kube_version: None,
             kinds: vec![WorkloadKind::Deployment],
             lease_name: None,
             namespace: None,
@@ -297,6 +309,7 @@ impl SidecarArgs {
             app_command,
             on_change: self.on_change,
             classic_sidecar: self.classic_sidecar,
+            kube_version: self.kube_version,
             lease_name: self.lease_name.clone(),
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
@@ -334,6 +347,7 @@ impl TryFrom<&InjectArgs> for InjectOptions {
             ..args.sidecar.options()?
         };
         options.validate()?;
+        options.check_cluster_objects()?;
         check_helm_namespace(
             options.namespace.as_deref(),
             std::env::var("HELM_NAMESPACE").ok().as_deref(),
@@ -362,6 +376,65 @@ fn check_helm_namespace(
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// A Kubernetes `MAJOR.MINOR`, what decides which API fields and kinds a cluster serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubeVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl KubeVersion {
+    /// Native sidecars (an initContainer with `restartPolicy: Always`): on by default from 1.29.
+    pub const NATIVE_SIDECAR: KubeVersion = KubeVersion::new(1, 29);
+    /// The `preStop` sleep action (beta, on by default, from 1.30; alpha in 1.29, where the
+    /// apiserver drops the field and then refuses the empty handler), and
+    /// ValidatingAdmissionPolicy in `admissionregistration.k8s.io/v1` (GA in 1.30).
+    pub const SLEEP_ACTION_AND_POLICY: KubeVersion = KubeVersion::new(1, 30);
+
+    pub const fn new(major: u32, minor: u32) -> Self {
+        KubeVersion { major, minor }
+    }
+
+    /// Parses `1.29`, `v1.29.3`, `1.29.3-eks-abc` or `v1.29.3+k3s1` (what `kubectl version`
+    /// and Helm's `.Capabilities.KubeVersion.Version` print); only MAJOR.MINOR counts. Used as a
+    /// clap value parser, so clap names the flag in its error.
+    pub fn parse(s: &str) -> Result<KubeVersion, String> {
+        let bad = || {
+            format!("expected a Kubernetes version MAJOR.MINOR such as 1.29 or v1.30.2, got {s:?}")
+        };
+        let trimmed = s.trim();
+        let core = trimmed.strip_prefix('v').unwrap_or(trimmed);
+        let core = core.split(['-', '+']).next().unwrap_or_default();
+        let mut parts = core.split('.');
+        let number = |p: Option<&str>| {
+            p.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse::<u32>().ok())
+        };
+        let major = number(parts.next()).ok_or_else(bad)?;
+        let minor = number(parts.next()).ok_or_else(bad)?;
+        match parts.next() {
+            None => {}
+            Some(patch) if number(Some(patch)).is_some() && parts.next().is_none() => {}
+            Some(_) => return Err(bad()),
+        }
+        if major != 1 {
+            return Err(format!("{} (Kubernetes 1.x)", bad()));
+        }
+        Ok(KubeVersion { major, minor })
+    }
+
+    /// Whether a cluster of version `cluster` (`None`: 1.30 or later) serves what came in `self`.
+    pub fn served_by(self, cluster: Option<KubeVersion>) -> bool {
+        cluster.is_none_or(|c| c >= self)
+    }
+}
+
+impl std::fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
     }
 }
 
@@ -505,36 +578,68 @@ impl InjectOptions {
                 ),
             ));
         }
-        // The same safety rule `elect` enforces at start: the old leader's app has stopped
-        // (grant lapsed at R, killed by R + K) before a candidate may take over at D.
-        let margin = Duration::from_secs(1);
-        let (d, r, p, k) = (
-            self.lease_duration,
-            self.renew_deadline,
-            self.retry_period,
-            self.kill_grace,
-        );
-        if r + k + margin >= d {
-            return Err(ConfigError::new(
-                "--renew-deadline",
-                config::human(r),
+        if let Some(cluster) = self.kube_version {
+            if !self.classic_sidecar && !KubeVersion::NATIVE_SIDECAR.served_by(Some(cluster)) {
+                return Err(ConfigError::new(
+                    "--kube-version",
+                    cluster.to_string(),
+                    format!(
+                        "the elector runs as a native sidecar, which needs Kubernetes {} or \
+                         later; pass --classic-sidecar for this cluster",
+                        KubeVersion::NATIVE_SIDECAR
+                    ),
+                ));
+            }
+        }
+        // The rules `elect` enforces at start, so no injected pod is refused there: the old
+        // leader's app has stopped (grant lapsed at R, killed by R + K) before a candidate may
+        // take over at D, and no duration is below its floor.
+        Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            kill_grace: self.kill_grace,
+        }
+        .validate()?;
+        Ok(())
+    }
+}
+
+impl InjectOptions {
+    /// Refuses, for a cluster older than 1.30 (`--kube-version`), the objects `inject` would
+    /// add that it does not serve: the write fence and the idle-namespace guard are
+    /// ValidatingAdmissionPolicies (`admissionregistration.k8s.io/v1`, GA in 1.30). Left out
+    /// on request only, since the fence is a safety layer. Only for `inject`'s stream: the
+    /// webhook adds no objects.
+    pub fn check_cluster_objects(&self) -> Result<(), ConfigError> {
+        let Some(cluster) = self.kube_version else {
+            return Ok(());
+        };
+        let needed = KubeVersion::SLEEP_ACTION_AND_POLICY;
+        if needed.served_by(Some(cluster)) || self.workload_only {
+            return Ok(());
+        }
+        let refuse = |what: &str, how: &str| {
+            ConfigError::new(
+                "--kube-version",
+                cluster.to_string(),
                 format!(
-                    "renew deadline + kill grace + 1s margin must be less than the lease duration \
-                     ({} + {} + 1s >= {})",
-                    config::human(r),
-                    config::human(k),
-                    config::human(d)
+                    "{what} is a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1), \
+                     served from Kubernetes {needed}; {how}"
                 ),
+            )
+        };
+        if self.fence {
+            return Err(refuse(
+                "the write fence",
+                "pass --no-fence for this cluster (a pod frozen past the lease duration can \
+                 then write once more)",
             ));
         }
-        if p >= r {
-            return Err(ConfigError::new(
-                "--retry-period",
-                config::human(p),
-                format!(
-                    "must be less than the renew deadline ({})",
-                    config::human(r)
-                ),
+        if self.deny_idle_namespace {
+            return Err(refuse(
+                "--deny-idle-namespace",
+                "leave it out for this cluster",
             ));
         }
         Ok(())
@@ -544,6 +649,76 @@ impl InjectOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kube_versions_parse_as_kubectl_and_helm_print_them() {
+        let v = KubeVersion::new;
+        for (text, want) in [
+            ("1.29", v(1, 29)),
+            ("v1.30.2", v(1, 30)),
+            ("1.29.3-eks-adc7111", v(1, 29)),
+            ("v1.29.3+k3s1", v(1, 29)),
+            (" 1.31 ", v(1, 31)),
+        ] {
+            assert_eq!(KubeVersion::parse(text), Ok(want), "{text}");
+        }
+        for bad in [
+            "", "1", "1.", "v", "1.x", "1.29.x", "2.0", "1.29.3.4", "latest",
+        ] {
+            let e = KubeVersion::parse(bad).unwrap_err();
+            assert!(e.contains("MAJOR.MINOR"), "{bad}: {e}");
+        }
+        let s = KubeVersion::SLEEP_ACTION_AND_POLICY;
+        assert!(s.served_by(None));
+        assert!(s.served_by(Some(v(1, 30))));
+        assert!(s.served_by(Some(v(1, 37))));
+        assert!(!s.served_by(Some(v(1, 29))));
+    }
+
+    #[test]
+    fn a_cluster_before_1_29_needs_the_classic_sidecar_and_before_1_30_no_policies() {
+        let at = |minor| InjectOptions {
+            kube_version: Some(KubeVersion::new(1, minor)),
+            ..opts()
+        };
+        let err = at(28).validate().unwrap_err();
+        assert_eq!(err.flag, "--kube-version");
+        assert!(err.reason.contains("--classic-sidecar"), "{err}");
+        let classic = InjectOptions {
+            classic_sidecar: true,
+            fence: false,
+            ..at(28)
+        };
+        assert!(classic.validate().is_ok());
+        assert!(classic.check_cluster_objects().is_ok());
+        assert!(at(29).validate().is_ok());
+        let err = at(29).check_cluster_objects().unwrap_err();
+        assert!(err.reason.contains("--no-fence"), "{err}");
+        assert!(err.reason.contains("1.30"), "{err}");
+        let deny = InjectOptions {
+            fence: false,
+            deny_idle_namespace: true,
+            ..at(29)
+        };
+        assert!(deny
+            .check_cluster_objects()
+            .unwrap_err()
+            .reason
+            .contains("--deny-idle-namespace"));
+        let no_fence = InjectOptions {
+            fence: false,
+            ..at(29)
+        };
+        assert!(no_fence.check_cluster_objects().is_ok());
+        // The chart brings the objects with --workload-only; and 1.30 serves them all.
+        let chart = InjectOptions {
+            workload_only: true,
+            ..at(29)
+        };
+        assert!(chart.check_cluster_objects().is_ok());
+        assert!(at(30).check_cluster_objects().is_ok());
+        assert!(opts().check_cluster_objects().is_ok());
+    }
 
     fn opts() -> InjectOptions {
         InjectOptions::new("registry.example.com/passmower-elector:0.1.0")
@@ -575,8 +750,19 @@ mod tests {
             renew_deadline: Duration::from_secs(12),
             ..opts()
         };
-        assert_eq!(bad.validate().unwrap_err().flag, "--renew-deadline");
+        let err = bad.validate().unwrap_err();
+        assert_eq!(err.flag, "--lease-duration");
+        assert!(
+            err.reason.contains("--renew-deadline + --kill-grace"),
+            "{err}"
+        );
         assert!(opts().validate().is_ok());
+        // The floors `elect` enforces: a 1ns retry period would be refused by every sidecar.
+        let nano = InjectOptions {
+            retry_period: Duration::from_nanos(1),
+            ..opts()
+        };
+        assert_eq!(nano.validate().unwrap_err().flag, "--retry-period");
     }
 
     #[test]

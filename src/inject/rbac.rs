@@ -119,12 +119,13 @@ fn strings(items: &[&str]) -> Option<Vec<String>> {
 /// Exactly what an elector needs on its Lease `lease_name`, and the one statement of it: the
 /// Role `inject` generates, the chart's `templates/role.yaml` (a test compares the rendered
 /// chart with this) and every integration test use these rules.
-/// - `get`/`list`/`watch`/`update`/`patch` on its own Lease only (`resourceNames`). A `list`
-///   or `watch` restricted by name is only allowed with `fieldSelector=metadata.name=<lease>`,
-///   which RBAC authorizes per name; the elector watches that way.
+/// - `get`/`watch`/`update` on its own Lease only (`resourceNames`). A `watch` restricted by
+///   name is only allowed with `fieldSelector=metadata.name=<lease>`, which RBAC authorizes per
+///   name; the elector watches that way. No `list` and no `patch`: the elector never sends
+///   either (every write is an update conditional on `resourceVersion`).
 /// - `create` on Leases without a name restriction: a create request carries no name in its
 ///   URL, so RBAC cannot restrict it by `resourceNames` (such a rule would never match).
-/// - `create`/`patch` on Events, in both the core and the `events.k8s.io` group, for the
+/// - `create` on Events, in both the core and the `events.k8s.io` group, for the
 ///   "became leader" / "stopped leading" Events.
 ///
 /// There is deliberately no `delete`: a release is an update (holder "").
@@ -135,8 +136,8 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
             resources: strings(&["leases"]),
             resource_names: Some(vec![lease_name.to_owned()]),
             // The elector reads with get and follows with a watch by field selector (authorized
-            // per name); it never lists. patch is granted for tools that edit the Lease in place.
-            verbs: vec!["get", "watch", "update", "patch"]
+            // per name) and writes with update; it never lists or patches.
+            verbs: vec!["get", "watch", "update"]
                 .into_iter()
                 .map(String::from)
                 .collect(),
@@ -382,7 +383,7 @@ mod tests {
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        assert_eq!(verbs, ["get", "watch", "update", "patch"]);
+        assert_eq!(verbs, ["get", "watch", "update"]);
         assert!(rules[1].get("resourceNames").is_none());
         assert_eq!(
             objects[1]["subjects"][0]["name"].as_str(),

@@ -17,8 +17,8 @@ use serde_norway::{Mapping, Value};
 
 use super::identity::AppIdentity;
 use super::{
-    InjectError, InjectOptions, DEFAULT_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
-    PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
+    InjectError, InjectOptions, KubeVersion, DEFAULT_CONTAINER, INJECTED_ANNOTATION,
+    LEASE_ANNOTATION, PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
 };
 
 /// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
@@ -351,7 +351,7 @@ pub fn rewrite_pod_spec(
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
-    let drain = add_drain(main, opts);
+    let drain = add_drain(main, site, opts, warnings);
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -372,24 +372,62 @@ pub fn rewrite_pod_spec(
     }
 
     // Shutdown must fit the app's own stop, the kill grace and the Lease release.
-    let existing = match pod.get("terminationGracePeriodSeconds") {
-        None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_SECONDS,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| site.error("terminationGracePeriodSeconds is not a whole number"))?,
-    };
-    let grace = existing + drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
-    pod.insert("terminationGracePeriodSeconds".into(), grace.into());
+    let added = drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    let existing = termination_grace(pod.get("terminationGracePeriodSeconds"), added)
+        .map_err(|reason| site.error(format!("{path}.terminationGracePeriodSeconds {reason}")))?;
+    pod.insert(
+        "terminationGracePeriodSeconds".into(),
+        (existing + added).into(),
+    );
     Ok(())
+}
+
+/// The pod's own termination grace period in seconds (Kubernetes' default when unset), which
+/// gets `added` seconds: a whole number from 0 up to what still fits the field (an int64) with
+/// them added. The error says what is wrong and what is allowed.
+fn termination_grace(value: Option<&Value>, added: u64) -> Result<u64, String> {
+    let max = (i64::MAX as u64).saturating_sub(added);
+    let allowed = format!("must be a whole number of seconds from 0 to {max}");
+    match value {
+        None | Some(Value::Null) => Ok(DEFAULT_TERMINATION_GRACE_SECONDS),
+        Some(v) => match (v.as_u64(), v.as_i64()) {
+            (Some(secs), _) if secs <= max => Ok(secs),
+            (Some(secs), _) => Err(format!(
+                "{allowed} (the {added}s inject adds must still fit): got {secs}"
+            )),
+            (None, Some(negative)) => Err(format!("{allowed}: got {negative}, which is negative")),
+            (None, None) => {
+                let shown = serde_norway::to_string(v).unwrap_or_default();
+                Err(format!("{allowed}: got {}", shown.trim()))
+            }
+        },
+    }
 }
 
 /// Gives the app container a `preStop` sleep of [`DRAIN_SECONDS`], so its SIGTERM (and the app's
 /// stop) comes once the Service has stopped routing to the pod; returns the seconds added. The
 /// leader keeps leading through the drain under every rule of the grant, so nothing of the
 /// handover changes but its start. Left out when the container has a `preStop` of its own, and
-/// with `--classic-sidecar`: the sleep action needs Kubernetes 1.30.
-fn add_drain(main: &mut Mapping, opts: &InjectOptions) -> u64 {
+/// with `--classic-sidecar` or a `--kube-version` before 1.30: the sleep action is served from
+/// 1.30 (in 1.29 it is alpha, off by default: the apiserver drops `sleep` and then refuses the
+/// empty handler, so the whole Deployment would be refused). That omission is a warning.
+fn add_drain(
+    main: &mut Mapping,
+    site: &PodSite,
+    opts: &InjectOptions,
+    warnings: &mut Vec<String>,
+) -> u64 {
     if opts.classic_sidecar {
+        return 0;
+    }
+    let needed = KubeVersion::SLEEP_ACTION_AND_POLICY;
+    if let Some(cluster) = opts.kube_version.filter(|c| !needed.served_by(Some(*c))) {
+        warnings.push(format!(
+            "{}: no preStop drain for container {:?}: the sleep action needs Kubernetes \
+             {needed} and --kube-version is {cluster}, so a pod going away may still be sent \
+             requests through its Service for a moment after its app stopped",
+            site.workload, opts.container
+        ));
         return 0;
     }
     let lifecycle = main
@@ -989,6 +1027,42 @@ spec:
         );
     }
 
+    /// `-5` got "is not a whole number", which it is: the message now says it is negative, names
+    /// the field's path and the allowed range.
+    #[test]
+    fn a_grace_period_that_is_negative_or_no_number_says_what_is_wrong() {
+        for (given, got) in [
+            ("-5", "got -5, which is negative"),
+            ("1.5", "got 1.5"),
+            ("'30'", "got '30'"),
+            (
+                "9223372036854775807",
+                "must still fit): got 9223372036854775807",
+            ),
+        ] {
+            let text = DEPLOYMENT.replace(
+                "      containers:",
+                &format!("      terminationGracePeriodSeconds: {given}\n      containers:"),
+            );
+            let (mut value, target) = target_of(&text, &opts());
+            let err = rewrite(&mut value, &target, &opts(), &mut Vec::new()).unwrap_err();
+            let err = err.to_string();
+            assert!(
+                err.contains(
+                    "spec.template.spec.terminationGracePeriodSeconds must be a whole number \
+                     of seconds from 0 to"
+                ),
+                "{given}: {err}"
+            );
+            assert!(err.contains(got), "{given}: {err}");
+        }
+        assert_eq!(termination_grace(None, 13), Ok(30));
+        assert_eq!(termination_grace(Some(&Value::from(0)), 13), Ok(0));
+        let max = i64::MAX as u64 - 13;
+        assert_eq!(termination_grace(Some(&Value::from(max)), 13), Ok(max));
+        assert!(termination_grace(Some(&Value::from(max + 1)), 13).is_err());
+    }
+
     #[test]
     fn the_app_drains_before_its_stop_unless_it_has_its_own_pre_stop_or_a_classic_sidecar() {
         let pre_stop = |value: &Value| {
@@ -1035,6 +1109,51 @@ spec:
         let (value, _) = rewritten(DEPLOYMENT, &classic);
         assert!(pre_stop(&value).is_null(), "{:?}", pre_stop(&value));
         assert_eq!(grace(&value), Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS));
+    }
+
+    /// A 1.29 cluster refuses a Deployment whose container has a `preStop` sleep (the sleep
+    /// action is alpha there: the field is dropped and the empty handler is invalid), so for
+    /// `--kube-version` 1.29 the drain is left out, with a warning saying what that costs.
+    #[test]
+    fn no_sleep_drain_for_a_cluster_before_1_30() {
+        let lifecycle = |value: &Value| {
+            at(value, &["spec", "template", "spec", "containers"]).unwrap()[0]["lifecycle"].clone()
+        };
+        let at_version = |minor| InjectOptions {
+            kube_version: Some(KubeVersion::new(1, minor)),
+            ..opts()
+        };
+        let (value, warnings) = rewritten(DEPLOYMENT, &at_version(29));
+        assert!(
+            lifecycle(&value)["preStop"].is_null(),
+            "{:?}",
+            lifecycle(&value)
+        );
+        let grace = at(
+            &value,
+            &["spec", "template", "spec", "terminationGracePeriodSeconds"],
+        );
+        assert_eq!(
+            grace.and_then(Value::as_u64),
+            Some(30 + 3 + RELEASE_ALLOWANCE_SECONDS)
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("no preStop drain") && w.contains("Kubernetes 1.30")),
+            "{warnings:?}"
+        );
+        for minor in [30, 37] {
+            let (value, warnings) = rewritten(DEPLOYMENT, &at_version(minor));
+            assert_eq!(
+                lifecycle(&value)["preStop"]["sleep"]["seconds"].as_u64(),
+                Some(DRAIN_SECONDS)
+            );
+            assert!(
+                !warnings.iter().any(|w| w.contains("preStop")),
+                "{warnings:?}"
+            );
+        }
     }
 
     #[test]

@@ -156,8 +156,9 @@ pub struct SuperviseArgs {
     /// `leader-instance`: keep it running with the follower environment (serving, never
     /// restarted because of the grant) and, while leader, run a second instance of the same
     /// command with the leader environment beside it (move its listening ports with
-    /// --leader-port-map or --leader-env); or `signal:SIGNAME` (e.g. signal:SIGUSR2) for apps
-    /// that toggle live. With a signal the app keeps the environment it was started with; it
+    /// --leader-port-map or --leader-env); or `signal:SIGNAME` for apps that toggle live,
+    /// SIGNAME one of SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH (Node.js starts its debugger on
+    /// SIGUSR1; other signals mean something else to the app or this supervisor). With a signal the app keeps the environment it was started with; it
     /// must read its mode elsewhere (the flag file, GET /mode), and it must stop operator work
     /// within --kill-grace of a demotion signal: the demotion is acked (and the Lease released)
     /// once that grace has passed. A crashed app is restarted with the current mode's
@@ -168,7 +169,9 @@ pub struct SuperviseArgs {
 
     /// With --on-change=leader-instance, for a Node.js app (Node 18.18 / 20.6 or later): a TCP
     /// listen() of the leader instance on port FROM goes to port TO on 127.0.0.1 instead (0:
-    /// any free port); FROM `*` matches every port. Repeatable; in ELECTOR_LEADER_PORT_MAP,
+    /// any free port); FROM `*` matches every port. A TO other than 0 may not be a FROM of the
+    /// map (the serving instance listens there), another entry's TO, or the --listen port.
+    /// Repeatable; in ELECTOR_LEADER_PORT_MAP,
     /// separate entries with newlines. Done by a preload module added to the leader instance's
     /// NODE_OPTIONS, so the image stays as it is. Passmower: `*=0` (its 9090 is fixed).
     #[arg(long, env = "ELECTOR_LEADER_PORT_MAP", value_name = "FROM=TO",
@@ -176,6 +179,7 @@ pub struct SuperviseArgs {
     pub leader_port_map: Vec<(Option<u16>, u16)>,
 
     /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
+    /// At least 100ms.
     #[arg(long, env = "ELECTOR_RESTART_BACKOFF_INITIAL", value_name = "DURATION",
         default_value = "200ms", value_parser = parse_positive_duration)]
     pub restart_backoff_initial: Duration,
@@ -186,11 +190,12 @@ pub struct SuperviseArgs {
     pub restart_backoff_max: Duration,
 
     /// An app that ran this long counts as stable: its next exit restarts after the initial delay.
+    /// At least 1s.
     #[arg(long, env = "ELECTOR_RESTART_BACKOFF_RESET", value_name = "DURATION",
         default_value = "10s", value_parser = parse_positive_duration)]
     pub restart_backoff_reset: Duration,
 
-    /// How often the flag file is re-read even without an inotify event. At most 500ms: without
+    /// How often the flag file is re-read even without an inotify event: 10ms to 500ms. Without
     /// a toggle and without inotify a demotion is noticed up to this late, and the elector's
     /// no-ack hand-over wait covers only half its 1s margin for that.
     #[arg(long, env = "ELECTOR_REREAD_INTERVAL", value_name = "DURATION",
@@ -215,6 +220,24 @@ pub struct SuperviseArgs {
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
+
+/// The shortest `--reread-interval`: the re-read is a safety net under inotify and the toggle,
+/// and each one opens and parses the flag file; at 10ms that is 100 reads a second, still
+/// negligible, while shorter only burns CPU (at 1ns the loop spins a core) for no gain, since a
+/// demotion pushed to the toggle or seen by inotify arrives at once anyway.
+pub const MIN_REREAD: Duration = Duration::from_millis(10);
+
+/// The shortest `--restart-backoff-initial` (and so `-max`, which may not be shorter): it bounds
+/// how often a crash-looping app is started again, at most 10 times a second here. Below that
+/// each start of a real app (a Node.js process, its connections to Redis and the API server)
+/// costs more than the delay, and a restart storm starves the pod, the elector sidecar with it.
+pub const MIN_RESTART_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The shortest `--restart-backoff-reset`: a run shorter than a second is a failed start, not a
+/// stable run. A shorter value forgives every crash, so the delay never grows past the initial
+/// one and a leader that fails at once is never counted as failing (the elector steps down only
+/// after `--max-leader-failures` counted failures).
+pub const MIN_RESTART_BACKOFF_RESET: Duration = Duration::from_secs(1);
 
 /// Everything checked before any child starts; an error here exits 2.
 struct Prepared {
@@ -316,34 +339,14 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
         &args.leader_args,
         &args.follower_args,
     )?;
-    if args.reread_interval > MAX_REREAD {
-        return Err(ConfigError::new(
-            "--reread-interval",
-            crate::config::human(args.reread_interval),
-            format!(
-                "must be at most {}: without a toggle and without inotify a demotion is noticed \
-                 up to one interval late, and the elector's 1s safety margin must cover that",
-                crate::config::human(MAX_REREAD)
-            ),
-        ));
-    }
-    let leader_env = leader_instance_env(&args)?;
+    check_durations(&args)?;
+    let leader_env = leader_instance_env(&args, addr)?;
     let on_follower = match args.on_change {
         // The serving instance is what runs as follower; the grant-following child (the leader
         // instance) runs only while leader.
         OnChange::LeaderInstance => OnFollower::Stop,
         _ => args.on_follower,
     };
-    if args.restart_backoff_max < args.restart_backoff_initial {
-        return Err(ConfigError::new(
-            "--restart-backoff-max",
-            crate::config::human(args.restart_backoff_max),
-            format!(
-                "must be at least --restart-backoff-initial ({})",
-                crate::config::human(args.restart_backoff_initial)
-            ),
-        ));
-    }
     let listener = TcpListener::bind(addr).and_then(|l| {
         l.set_nonblocking(true)?;
         Ok(l)
@@ -381,10 +384,68 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     })
 }
 
+/// The re-read interval and the restart backoff within their ranges (see [`MIN_REREAD`],
+/// [`MAX_REREAD`], [`MIN_RESTART_BACKOFF`], [`MIN_RESTART_BACKOFF_RESET`]).
+fn check_durations(args: &SuperviseArgs) -> Result<(), ConfigError> {
+    use crate::config::human;
+    let reread = args.reread_interval;
+    if !(MIN_REREAD..=MAX_REREAD).contains(&reread) {
+        return Err(ConfigError::new(
+            "--reread-interval",
+            human(reread),
+            format!(
+                "must be from {} to {}: shorter only burns CPU (inotify and the toggle deliver \
+                 changes at once), longer and a demotion noticed only by the re-read (no toggle, \
+                 no inotify) could come later than the elector's 1s safety margin covers",
+                human(MIN_REREAD),
+                human(MAX_REREAD)
+            ),
+        ));
+    }
+    if args.restart_backoff_initial < MIN_RESTART_BACKOFF {
+        return Err(ConfigError::new(
+            "--restart-backoff-initial",
+            human(args.restart_backoff_initial),
+            format!(
+                "must be at least {}, or a crash-looping app is restarted in a storm that \
+                 starves the pod",
+                human(MIN_RESTART_BACKOFF)
+            ),
+        ));
+    }
+    if args.restart_backoff_max < args.restart_backoff_initial {
+        return Err(ConfigError::new(
+            "--restart-backoff-max",
+            human(args.restart_backoff_max),
+            format!(
+                "must be at least --restart-backoff-initial ({})",
+                human(args.restart_backoff_initial)
+            ),
+        ));
+    }
+    if args.restart_backoff_reset < MIN_RESTART_BACKOFF_RESET {
+        return Err(ConfigError::new(
+            "--restart-backoff-reset",
+            human(args.restart_backoff_reset),
+            format!(
+                "must be at least {}: a shorter run is a failed start, and counting it as stable \
+                 would keep the restart delay at its initial value and hide a crash-looping leader \
+                 from the elector",
+                human(MIN_RESTART_BACKOFF_RESET)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The leader's environment, with `--leader-port-map`'s preload for the leader instance; refuses
 /// combinations that cannot work: the leader instance with `--on-follower=stop` (it would serve
-/// nothing while follower and serve twice while leader), and a port map without it.
-fn leader_instance_env(args: &SuperviseArgs) -> Result<Vec<(String, String)>, ConfigError> {
+/// nothing while follower and serve twice while leader), a port map without it, and a map that
+/// moves a listener onto the toggle's own `listen` address.
+fn leader_instance_env(
+    args: &SuperviseArgs,
+    listen: SocketAddr,
+) -> Result<Vec<(String, String)>, ConfigError> {
     let mut env = args.leader_env.clone();
     let separate = args.on_change == OnChange::LeaderInstance;
     if separate && args.on_follower == OnFollower::Stop {
@@ -405,6 +466,18 @@ fn leader_instance_env(args: &SuperviseArgs) -> Result<Vec<(String, String)>, Co
     })?;
     if map.is_empty() {
         return Ok(env);
+    }
+    // The moved listeners bind 127.0.0.1, where the toggle may already listen.
+    let toggle_v4 = listen.ip() == std::net::Ipv4Addr::LOCALHOST;
+    if let Some(entry) = map.moves_onto(listen.port()).filter(|_| toggle_v4) {
+        return Err(ConfigError::new(
+            "--leader-port-map",
+            port_map::show(&args.leader_port_map),
+            format!(
+                "{entry} moves a listener onto {listen}, where the supervisor's toggle (--listen) \
+                 listens; TO must be 0 (any free port) or a port nothing in the pod listens on"
+            ),
+        ));
     }
     if !separate {
         return Err(ConfigError::new(

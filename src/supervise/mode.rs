@@ -203,10 +203,48 @@ impl std::fmt::Display for OnChange {
     }
 }
 
+/// The signals `--on-change=signal:` may use: ones whose only meaning is the one the app gives
+/// them. The signal goes to the app's main process on every mode change (and means "re-read
+/// your mode"), so it must be one the kernel, the app's runtime and this supervisor give no
+/// meaning of their own; each other signal is refused with the reason [`toggle_refusal`] gives.
+pub const TOGGLE_SIGNALS: [Signal; 4] = [
+    Signal::SIGHUP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+/// Why `sig` cannot mean "switch mode" (`None`: it can, it is one of [`TOGGLE_SIGNALS`]).
+fn toggle_refusal(sig: Signal) -> Option<&'static str> {
+    use Signal::*;
+    Some(match sig {
+        SIGHUP | SIGUSR1 | SIGUSR2 | SIGWINCH => return None,
+        SIGKILL | SIGSTOP => "it cannot be caught, so the app could never toggle on it",
+        SIGTERM | SIGINT | SIGQUIT => {
+            "it means \"shut down\": the supervisor itself stops on it, and so would the app"
+        }
+        SIGCHLD => {
+            "it reports a child's exit: the app (or its runtime) would reap or ignore it, and a \
+             real child exit would then look like a mode change"
+        }
+        SIGCONT | SIGTSTP | SIGTTIN | SIGTTOU => {
+            "it is job control: it stops or resumes the app instead of toggling it"
+        }
+        SIGPIPE => "it reports a broken pipe: runtimes ignore it or die of it",
+        SIGALRM | SIGVTALRM | SIGPROF => "it is a timer signal the app's own timers use",
+        SIGSEGV | SIGBUS | SIGFPE | SIGILL | SIGTRAP | SIGABRT | SIGSYS => {
+            "it reports a fault: runtimes abort or dump core on it"
+        }
+        SIGURG => "it reports out-of-band data, and the Go runtime preempts goroutines with it",
+        _ => "its default action ends the app, and no runtime reserves it for this",
+    })
+}
+
 /// Parses `--on-change`: `restart`, `leader-instance` or `signal:SIGNAME` (`signal:SIGUSR2`,
-/// `signal:USR2`).
+/// `signal:USR2`), SIGNAME one of [`TOGGLE_SIGNALS`].
 pub fn parse_on_change(s: &str) -> Result<OnChange, String> {
-    const ALLOWED: &str = "allowed: restart, leader-instance, signal:SIGNAME (e.g. signal:SIGUSR2)";
+    const ALLOWED: &str = "allowed: restart, leader-instance, signal:SIGNAME with SIGNAME one of \
+                           SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH (e.g. signal:SIGUSR2)";
     match s {
         "restart" => return Ok(OnChange::Restart),
         "leader-instance" => return Ok(OnChange::LeaderInstance),
@@ -223,8 +261,10 @@ pub fn parse_on_change(s: &str) -> Result<OnChange, String> {
     let sig: Signal = full
         .parse()
         .map_err(|_| format!("unknown signal {name:?}; {ALLOWED}"))?;
-    if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
-        return Err(format!("{sig} cannot be used to toggle an app; {ALLOWED}"));
+    if let Some(why) = toggle_refusal(sig) {
+        return Err(format!(
+            "{sig} cannot mean \"switch mode\": {why}; {ALLOWED}"
+        ));
     }
     Ok(OnChange::Signal(sig))
 }
@@ -527,6 +567,48 @@ mod tests {
             Ok(OnChange::Signal(Signal::SIGHUP))
         );
         assert!(parse_on_change("signal:KILL").is_err());
+        for sig in TOGGLE_SIGNALS {
+            assert_eq!(
+                parse_on_change(&format!("signal:{sig}")),
+                Ok(OnChange::Signal(sig))
+            );
+        }
+    }
+
+    /// SIGCHLD, SIGTERM and the like were accepted as the toggle signal: the app then took a
+    /// mode change for a child exit or a shutdown (or was stopped by SIGTSTP).
+    #[test]
+    fn signals_with_a_meaning_of_their_own_cannot_toggle() {
+        for (name, why) in [
+            ("SIGCHLD", "child's exit"),
+            ("SIGTERM", "shut down"),
+            ("INT", "shut down"),
+            ("SIGQUIT", "shut down"),
+            ("SIGKILL", "cannot be caught"),
+            ("SIGSTOP", "cannot be caught"),
+            ("SIGCONT", "job control"),
+            ("SIGTSTP", "job control"),
+            ("SIGPIPE", "broken pipe"),
+            ("SIGALRM", "timer"),
+            ("SIGSEGV", "fault"),
+            ("SIGURG", "Go runtime"),
+            ("SIGPWR", "default action"),
+        ] {
+            let e = parse_on_change(&format!("signal:{name}")).unwrap_err();
+            assert!(e.contains("cannot mean") && e.contains(why), "{name}: {e}");
+            assert!(
+                e.contains("SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH"),
+                "{name}: {e}"
+            );
+        }
+        // Every signal the platform knows is either allowed or refused with a reason.
+        for sig in Signal::iterator() {
+            assert_eq!(
+                parse_on_change(&format!("signal:{sig}")).is_ok(),
+                TOGGLE_SIGNALS.contains(&sig),
+                "{sig}"
+            );
+        }
         assert!(parse_on_change("signal:NOPE").is_err());
         assert!(parse_on_change("reload").unwrap_err().contains("allowed"));
     }

@@ -72,16 +72,54 @@ pub fn show(entries: &[(Option<u16>, u16)]) -> String {
 }
 
 impl PortMap {
-    /// Builds the table from the parsed flags; a FROM given twice is refused (which would win
-    /// is not obvious).
+    /// Builds the table from the parsed flags. Refused: a FROM given twice (which would win is
+    /// not obvious), and a TO the leader instance cannot bind: a port the serving instance
+    /// listens on (a FROM of the map, its own included: `9090=9090`), or one port given as TO
+    /// twice, where the leader instance's second listener would meet its first. The serving
+    /// instance listens on every address, so its port is taken on 127.0.0.1 too. TO 0 (any
+    /// free port) never collides.
     pub fn new(entries: Vec<(Option<u16>, u16)>) -> Result<PortMap, String> {
-        for (i, (from, _)) in entries.iter().enumerate() {
+        let shown = |from: &Option<u16>| from.map_or_else(|| "*".to_owned(), |p| p.to_string());
+        for (i, (from, to)) in entries.iter().enumerate() {
             if entries[..i].iter().any(|(f, _)| f == from) {
-                let shown = from.map_or_else(|| "*".to_owned(), |p| p.to_string());
-                return Err(format!("{shown} is mapped twice; give each FROM once"));
+                return Err(format!(
+                    "{} is mapped twice; give each FROM once",
+                    shown(from)
+                ));
+            }
+            if *to == 0 {
+                continue;
+            }
+            let entry = format!("{}={to}", shown(from));
+            if entries.iter().any(|(f, _)| *f == Some(*to)) {
+                let why = if *from == Some(*to) {
+                    "maps the port to itself"
+                } else {
+                    "moves a listener onto a port the map moves away"
+                };
+                return Err(format!(
+                    "{entry} {why}: the serving instance listens on {to} (on every address), so \
+                     the leader instance cannot bind 127.0.0.1:{to}; TO must be 0 (any free port, \
+                     the usual choice) or a port no instance listens on"
+                ));
+            }
+            if let Some((other, _)) = entries[..i].iter().find(|(_, t)| t == to) {
+                return Err(format!(
+                    "{entry}: {} goes to {to} as well, and the leader instance's second listener \
+                     there would find its first; give each TO once, or 0 (any free port)",
+                    shown(other)
+                ));
             }
         }
         Ok(PortMap { entries })
+    }
+
+    /// A TO port of the map equal to `port` (never 0, which means any free port).
+    pub fn moves_onto(&self, port: u16) -> Option<String> {
+        self.entries
+            .iter()
+            .find(|(_, to)| *to != 0 && *to == port)
+            .map(|e| show(std::slice::from_ref(e)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -167,6 +205,28 @@ mod tests {
         let twice = PortMap::new(vec![(Some(9090), 0), (None, 0), (Some(9090), 1)]);
         assert!(twice.unwrap_err().contains("9090 is mapped twice"));
         assert!(PortMap::new(vec![(None, 0), (None, 1)]).is_err());
+    }
+
+    /// `9090=9090` was accepted: the leader instance then failed to bind the serving instance's
+    /// port on every promotion, and crash-looped until the elector stepped down.
+    #[test]
+    fn a_to_port_the_serving_instance_or_another_entry_holds_is_refused() {
+        let e = PortMap::new(vec![(Some(9090), 9090)]).unwrap_err();
+        assert!(e.contains("9090=9090 maps the port to itself"), "{e}");
+        assert!(e.contains("TO must be 0"), "{e}");
+        let e = PortMap::new(vec![(Some(3000), 9090), (Some(9090), 0)]).unwrap_err();
+        assert!(e.contains("3000=9090 moves a listener onto a port"), "{e}");
+        let e = PortMap::new(vec![(Some(9090), 0), (None, 9090)]).unwrap_err();
+        assert!(e.contains("*=9090"), "{e}");
+        let e = PortMap::new(vec![(Some(3000), 13000), (Some(9090), 13000)]).unwrap_err();
+        assert!(e.contains("9090=13000: 3000 goes to 13000 as well"), "{e}");
+        // 0 is any free port: never a collision, however often it is given.
+        assert!(PortMap::new(vec![(Some(3000), 0), (Some(9090), 0), (None, 0)]).is_ok());
+        assert!(PortMap::new(vec![(Some(3000), 13000), (Some(9090), 19090)]).is_ok());
+        let map = PortMap::new(vec![(Some(3000), 13000), (None, 0)]).unwrap();
+        assert_eq!(map.moves_onto(13000).as_deref(), Some("3000=13000"));
+        assert_eq!(map.moves_onto(0), None);
+        assert_eq!(map.moves_onto(8082), None);
     }
 
     #[test]
