@@ -129,7 +129,8 @@ fn assert_idle_namespace_unguarded_and_uncreatable(sandbox: &Sandbox) {
     );
     assert!(
         !refused.success && refused.stderr.contains("is invalid"),
-        "the idle namespace can be created: {}",
+        "the idle namespace can be created: {} {}",
+        refused.stdout,
         refused.stderr
     );
 }
