@@ -13,12 +13,16 @@ helm="${HELM:-$(bash scripts/build-helm.sh | tail -1)}"
 chart=charts/passmower-elector
 image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
-"$helm" lint --strict "$chart" "${image[@]}" --set denyIdleNamespace=false,classicSidecar=true,fence.enabled=false
+"$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
   rm -f "$PME_RENDERED_CHART_DIR"/*.yaml
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >"$PME_RENDERED_CHART_DIR/default.yaml"
+  # An idle namespace a namespace could have, guarded by the chart's policy.
+  "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
+    --set idleNamespace=pm-idle,denyIdleNamespace=true \
+    >"$PME_RENDERED_CHART_DIR/deny-idle-namespace.yaml"
   # Another Passmower release name and a Lease name of its own.
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set passmower.release=auth,classicSidecar=true,lease.name=pm-leader \
@@ -41,6 +45,7 @@ refuse() {
 refuse "a missing image" "image.repository is required"
 refuse "the unpublished placeholder image" "placeholder" --set image.repository=ghcr.io/passmower/passmower-elector
 refuse "an invalid idleNamespace" "idleNamespace" "${image[@]}" --set idleNamespace='a*'
+refuse "an idleNamespace a namespace could have, unguarded" "denyIdleNamespace=true" "${image[@]}" --set idleNamespace=pm-idle
 # kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA
 # in 1.30.
 refuse "Kubernetes 1.29" "kubeVersion" "${image[@]}" --kube-version 1.29.0
@@ -61,5 +66,11 @@ rm "$scratch/chart/templates/NOTES.txt"
 webhook_chart=charts/passmower-elector-webhook
 "$helm" lint --strict "$webhook_chart" "${image[@]}"
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false
+"$helm" lint --strict "$webhook_chart" "${image[@]}" --set injection.idleNamespace=pm-idle,injection.denyIdleNamespace=true
+if out="$("$helm" template pmw "$webhook_chart" -n passmower-elector-system "${image[@]}" --set injection.idleNamespace=pm-idle 2>&1)" \
+  || [[ "$out" != *"injection.denyIdleNamespace=true"* ]]; then
+  echo "check-chart: the webhook chart took an unguarded injection.idleNamespace pm-idle: $out" >&2
+  exit 1
+fi
 "$helm" template pmw "$webhook_chart" -n passmower-elector-system "${image[@]}" >/dev/null
 echo "check-chart: lint, template, refusals and NOTES.txt OK ($("$helm" version --short))" >&2

@@ -148,6 +148,11 @@ fn mismatches_fail_and_cluster_wide_names_are_per_install() {
         assert!(!ran.success, "{extra}: installed");
         assert!(ran.stderr.contains(says), "{extra}: {}", ran.stderr);
     };
+    // An idle namespace a namespace could have, without the policy that forbids creating it.
+    refused(
+        "--set idleNamespace=pm-idle",
+        "is a name a namespace can have",
+    );
     // Passmower's chart derives the pod labels from nameOverride; the Deployment has others.
     refused(
         "--set passmower.nameOverride=pm,passmower.fullnameOverride=passmower",
@@ -159,15 +164,16 @@ fn mismatches_fail_and_cluster_wide_names_are_per_install() {
     let notes = chart_install(&sandbox, "");
     assert!(notes.contains("runs 1 replica"), "{notes}");
 
-    // A second install elsewhere, and inject's own policy: five cluster-wide names (each chart
-    // install has an idle-namespace policy and a write fence; `--workload-only` leaves inject's
-    // fence to the chart).
+    // A second install elsewhere with the idle-namespace policy, and inject's own policies:
+    // five cluster-wide names (each chart install has a write fence, the second also the
+    // idle-namespace policy; inject its own fence and idle-namespace policy).
     sandbox.ok(&format!(
         "helm upgrade --install passmower-elector charts/passmower-elector -n other \
-         --create-namespace --set image.repository={IMAGE_REPOSITORY}\n\
+         --create-namespace --set image.repository={IMAGE_REPOSITORY} \
+         --set idleNamespace=pm-idle,denyIdleNamespace=true\n\
          helm template passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} -n passmower \
          | passmower-elector inject --image {IMAGE_REPOSITORY}:0.1.0 --namespace passmower \
-           --workload-only --deny-idle-namespace >injected.yaml\n\
+           --idle-namespace pm-idle --deny-idle-namespace >injected.yaml\n\
          python3 - <<'EOF' >policy.yaml\n\
 import sys, re\n\
 docs = open('injected.yaml').read().split('\\n---\\n')\n\

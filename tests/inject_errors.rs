@@ -82,15 +82,119 @@ fn optional_value_from_selector_cannot_be_wrapped() {
 }
 
 #[test]
-fn idle_namespace_must_be_a_namespace_name() {
+fn an_idle_namespace_must_be_one_literal_name() {
     let input = golden("passmower.in.yaml");
-    for bad in ["*", "a,b", "Idle", "-idle"] {
-        let flag = format!("--idle-namespace={bad}");
-        let stderr = refused(&["inject", &flag], &input, &[]);
-        assert!(stderr.contains("--idle-namespace"), "{stderr}");
+    for bad in ["*", "a,b", "!idle", "{a,b}", "a b", "a/b", ".."] {
+        for deny in [&[][..], &["--deny-idle-namespace"][..]] {
+            let flag = format!("--idle-namespace={bad}");
+            let args = [&["inject", flag.as_str()][..], deny].concat();
+            let stderr = refused(&args, &input, &[]);
+            assert!(stderr.contains("--idle-namespace"), "{stderr}");
+        }
     }
     let stderr = refused(&["inject"], &input, &[("ELECTOR_IDLE_NAMESPACE", "x*")]);
     assert!(stderr.contains("--idle-namespace"), "{stderr}");
+}
+
+/// A name a namespace can have idles the followers only while nobody creates that namespace:
+/// refused, saying why and how out, unless the deny policy forbids creating it. A name no
+/// namespace can have needs nothing else.
+#[test]
+fn an_idle_namespace_a_namespace_could_have_is_refused_without_the_deny_policy() {
+    let input = golden("passmower.in.yaml");
+    for name in [
+        "passmower-elector-idle",
+        "passmower-elector-idle-never-create",
+        "idle",
+    ] {
+        let flag = format!("--idle-namespace={name}");
+        let stderr = refused(&["inject", &flag], &input, &[]);
+        assert!(stderr.contains("--idle-namespace"), "{stderr}");
+        assert!(stderr.contains("a namespace can have"), "{stderr}");
+        assert!(stderr.contains("--deny-idle-namespace"), "{stderr}");
+        let out = inject(
+            &[&flag, "--deny-idle-namespace", "--namespace=auth"],
+            &input,
+            &[],
+        );
+        assert_eq!(out.status, ExitStatus::Code(0), "{name}: {}", out.stderr);
+        assert!(out
+            .stdout
+            .contains(&format!("object.metadata.name != '{name}'")));
+        let stderr = refused(&["inject"], &input, &[("ELECTOR_IDLE_NAMESPACE", name)]);
+        assert!(stderr.contains("--idle-namespace"), "{stderr}");
+    }
+    let long = format!("{}-idle", "p".repeat(60));
+    for name in [
+        "Passmower-Elector-Idle",
+        "passmower-elector.idle",
+        "pm_idle",
+        long.as_str(),
+    ] {
+        let flag = format!("--idle-namespace={name}");
+        let out = inject(&[&flag, "--namespace=auth"], &input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{name}: {}", out.stderr);
+        assert!(
+            out.stdout
+                .contains(&format!("--follower-env=NAMESPACE_SELECTOR={name}")),
+            "{name}"
+        );
+        assert!(!out.stdout.contains("idle-namespace-guard"), "{name}");
+    }
+}
+
+/// The webhook takes the same rule: its --deny-idle-namespace says the chart's policy guards
+/// the name, and then the next missing setting is what it names.
+#[test]
+fn the_webhook_refuses_an_idle_namespace_a_namespace_could_have_without_the_deny_policy() {
+    let image = format!("--image={IMAGE}");
+    let out = run(
+        &["webhook", &image, "--idle-namespace=passmower-elector-idle"],
+        "",
+        &[],
+    );
+    let stderr = check_refused(out);
+    assert!(stderr.contains("--idle-namespace"), "{stderr}");
+    assert!(stderr.contains("--deny-idle-namespace"), "{stderr}");
+    let out = run(
+        &[
+            "webhook",
+            &image,
+            "--idle-namespace=passmower-elector-idle",
+            "--deny-idle-namespace",
+        ],
+        "",
+        &[],
+    );
+    let stderr = check_refused(out);
+    assert!(!stderr.contains("--idle-namespace"), "{stderr}");
+    assert!(stderr.contains("--webhook-configuration"), "{stderr}");
+    let stderr = check_refused(run(&["webhook", &image], "", &[]));
+    assert!(stderr.contains("--webhook-configuration"), "{stderr}");
+}
+
+/// With --workload-only the chart installs the guard: the post-renderer emits none of its own.
+#[test]
+fn workload_only_leaves_the_idle_namespace_policy_to_the_chart() {
+    let input = golden("passmower.in.yaml");
+    let args = [
+        "--namespace=auth",
+        "--idle-namespace=pm-idle",
+        "--deny-idle-namespace",
+    ];
+    let out = inject(&args, &input, &[]);
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert!(out.stdout.contains("idle-namespace-guard"));
+    let out = inject(&[&args[..], &["--workload-only"]].concat(), &input, &[]);
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert!(
+        !out.stdout.contains("idle-namespace-guard"),
+        "{}",
+        out.stdout
+    );
+    assert!(out
+        .stdout
+        .contains("--follower-env=NAMESPACE_SELECTOR=pm-idle"));
 }
 
 #[test]

@@ -55,8 +55,7 @@ fn passmower_deployment_gets_sidecar_supervisor_and_rbac() {
         .expect("the deployment");
     assert!(!deployment.contains("- name: NAMESPACE_SELECTOR"));
     assert!(deployment.contains("--leader-env=NAMESPACE_SELECTOR=*"));
-    assert!(deployment
-        .contains("--follower-env=NAMESPACE_SELECTOR=passmower-elector-idle-never-create"));
+    assert!(deployment.contains("--follower-env=NAMESPACE_SELECTOR=passmower-elector_idle"));
     // The elector knows its pod's UID (the holder identity carries it) ...
     assert!(deployment.contains("- name: POD_UID\n"));
     assert!(deployment.contains("fieldPath: metadata.uid"));
@@ -360,7 +359,7 @@ fn workload_only_leaves_rbac_and_pdb_to_the_chart() {
 fn retrofit_example_output_is_current() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/retrofit-passmower");
     let input = std::fs::read_to_string(dir.join("passmower-deployment.yaml")).expect("example");
-    let output = inject_ok(&["inject", "--deny-idle-namespace"], &input);
+    let output = inject_ok(&["inject"], &input);
     let expected_path = dir.join("passmower-deployment.injected.yaml");
     if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
         std::fs::write(&expected_path, &output).expect("write example output");

@@ -53,7 +53,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
     let cluster = Cluster::shared();
     let mut applier = Applier::new(cluster.admin_client().await);
-    let variants: [&[&str]; 4] = [
+    let variants: [&[&str]; 5] = [
         &[],
         &[
             "certificates.mode=secret",
@@ -67,6 +67,11 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             "injection.classicSidecar=true",
         ],
         &["certificates.mode=certManager"],
+        // An idle namespace a namespace could have, with the policy that forbids creating it.
+        &[
+            "injection.idleNamespace=pm-idle",
+            "injection.denyIdleNamespace=true",
+        ],
     ];
     let mut checked = 0;
     for helm in [tools::helm3(), tools::helm4()] {
@@ -98,6 +103,23 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             // which decides whether pods get the preStop sleep drain (1.30 or later).
             let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
             assert!(args.contains("\"--kube-version=v1."), "{args}");
+            let guarded = set.contains(&"injection.denyIdleNamespace=true");
+            assert_eq!(
+                args.contains("\"--deny-idle-namespace\""),
+                guarded,
+                "{args}"
+            );
+            // Besides the one that keeps the webhook to its caBundle (self-signed mode).
+            let idle_policies = of_kind(&docs, "ValidatingAdmissionPolicy")
+                .into_iter()
+                .filter(|p| {
+                    !p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .ends_with("-cabundle-only")
+                })
+                .count();
+            assert_eq!(idle_policies, usize::from(guarded), "{set:?}");
             for doc in &docs {
                 // cert-manager's kinds are not served by a bare API server.
                 if doc["apiVersion"]
@@ -130,6 +152,14 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
                 "nothing could opt in",
             ),
             (&["certificates.mode=secret"][..], "secretName"),
+            (
+                &["injection.idleNamespace=pm-idle"][..],
+                "injection.denyIdleNamespace=true",
+            ),
+            (
+                &["injection.idleNamespace=a*"][..],
+                "injection.idleNamespace",
+            ),
         ] {
             let err = render(&helm, "dry", "x", set).expect_err("refused");
             assert!(err.contains(expected), "{set:?}: {err}");

@@ -28,8 +28,8 @@ use crate::config::{self, ConfigError};
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
 pub use options::{
-    image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command, AppOnChange,
-    InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
+    check_idle_namespace, image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command,
+    AppOnChange, InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
     UNPUBLISHED_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
@@ -49,8 +49,11 @@ pub const GENERATED_FOR_ANNOTATION: &str = "passmower-elector.io/generated-for";
 /// (a replaced rollout strategy, a budget that cannot keep a replica serving), one per line:
 /// it stays on the live object, where `kubectl describe` shows it.
 pub const WARNINGS_ANNOTATION: &str = "passmower-elector.io/warnings";
-/// The follower's namespace selector: a namespace name that must never exist.
-pub const DEFAULT_IDLE_NAMESPACE: &str = "passmower-elector-idle-never-create";
+/// The follower's namespace selector: a name no namespace can have (the '_' makes it no
+/// DNS-1123 label, nor subdomain), so the apiserver refuses to create it and lists and watches
+/// resources under it as an empty collection; literal for micromatch and one URL path segment.
+/// The charts' `idleNamespace` values are the same (tests/idle_namespace.rs keeps them so).
+pub const DEFAULT_IDLE_NAMESPACE: &str = "passmower-elector_idle";
 /// The target container's name in Passmower's chart.
 pub const DEFAULT_CONTAINER: &str = "passmower";
 /// What Passmower's image runs when the container sets no command.
@@ -342,7 +345,8 @@ impl Run<'_> {
                 });
             }
         }
-        if opts.deny_idle_namespace {
+        // With --workload-only the chart installs the guard (its denyIdleNamespace).
+        if opts.deny_idle_namespace && !opts.workload_only {
             let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
             for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
                 generated.push(rbac::Generated {

@@ -117,8 +117,10 @@ pub struct SidecarArgs {
     /// Loopback port on which `supervise` serves the toggle (POST /grant).
     #[arg(long, env = "ELECTOR_TOGGLE_PORT", default_value_t = 8082)]
     pub toggle_port: u16,
-    /// NAMESPACE_SELECTOR given to followers: one namespace name (DNS-1123 label) that must
-    /// never exist, or followers would reconcile what is put in it. See --deny-idle-namespace.
+    /// NAMESPACE_SELECTOR given to followers: one name that no namespace can have (it has an
+    /// upper-case letter, '.' or '_', or is longer than 63), which the apiserver lists and
+    /// watches as an empty collection; letters, digits, '-', '.' and '_' only. A valid
+    /// namespace name is refused unless --deny-idle-namespace forbids creating it.
     #[arg(long, env = "ELECTOR_IDLE_NAMESPACE", default_value = DEFAULT_IDLE_NAMESPACE)]
     pub idle_namespace: String,
     /// NAMESPACE_SELECTOR given to the leader; default: the container's own value, or `*`.
@@ -162,8 +164,10 @@ pub struct InjectArgs {
     /// must be that). Names the cluster-wide --deny-idle-namespace policy per install.
     #[arg(long, env = "ELECTOR_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Also emit a ValidatingAdmissionPolicy + binding that forbids creating the idle namespace
-    /// (Kubernetes >= 1.30), named after the workload and its namespace.
+    /// Guard an --idle-namespace that is a valid namespace name: emit a
+    /// ValidatingAdmissionPolicy + binding that forbids creating it (Kubernetes >= 1.30), named
+    /// after the workload and its namespace; with --workload-only the passmower-elector chart
+    /// installs it (denyIdleNamespace) and nothing is emitted. Not needed for the default.
     #[arg(long, env = "ELECTOR_DENY_IDLE_NAMESPACE")]
     pub deny_idle_namespace: bool,
     /// Keep a Deployment's explicit rollout strategy even when it stops every pod at once
@@ -230,11 +234,12 @@ pub struct InjectOptions {
     pub probe_port: u16,
     /// Loopback toggle port of `supervise`.
     pub toggle_port: u16,
-    /// Follower NAMESPACE_SELECTOR: a namespace that never exists.
+    /// Follower NAMESPACE_SELECTOR: a name no namespace has (see [`check_idle_namespace`]).
     pub idle_namespace: String,
     /// Leader NAMESPACE_SELECTOR override.
     pub namespace_selector: Option<String>,
-    /// Emit the admission policy that forbids creating `idle_namespace`.
+    /// `idle_namespace` is guarded by an admission policy that forbids creating it: emitted
+    /// here (unless `workload_only`: the chart's), required when it is a valid namespace name.
     pub deny_idle_namespace: bool,
     /// Keep an explicit rollout strategy even when it stops every pod at once.
     pub keep_strategy: bool,
@@ -478,6 +483,44 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
+/// Longest idle namespace accepted: a URL path segment's worth, as long as an object name.
+const IDLE_NAMESPACE_MAX: usize = 253;
+
+/// Refuses a follower `NAMESPACE_SELECTOR` that could ever select something.
+///
+/// Passmower's `NamespaceFilter` turns one name without `*` or `,` into a namespaced watch and
+/// list (`/apis/.../namespaces/NAME/...`) and a micromatch pattern for every event. A name that is
+/// not a DNS-1123 label can never be a namespace: the apiserver refuses to create it and lists
+/// and watches resources under it as an empty, quiet collection, so the followers' idleness
+/// needs nothing else. A name that is a valid label idles them only while nobody creates that
+/// namespace, so it needs the deny policy (`deny`). Either way the name must be literal for
+/// micromatch and one plain URL path segment: letters, digits, '-', '.' and '_', not only dots.
+pub fn check_idle_namespace(name: &str, deny: bool) -> Result<(), ConfigError> {
+    let bad = |reason: String| Err(ConfigError::new("--idle-namespace", name, reason));
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    if name.is_empty()
+        || name.len() > IDLE_NAMESPACE_MAX
+        || !name.chars().all(allowed)
+        || name.chars().all(|c| c == '.')
+    {
+        return bad(format!(
+            "must be one literal name of 1 to {IDLE_NAMESPACE_MAX} letters, digits, '-', '.' and \
+             '_' (not only dots): Passmower reads '*' and ',' as a selector of several \
+             namespaces, micromatch reads ?[]{{}}()!+@ as a pattern, and the name is a URL path \
+             segment; the default is {DEFAULT_IDLE_NAMESPACE}"
+        ));
+    }
+    if is_dns1123_label(name) && !deny {
+        return bad(format!(
+            "is a name a namespace can have: anyone who creates that namespace makes every \
+             follower reconcile what is put in it. Use a name no namespace can have (with '_', \
+             '.' or an upper-case letter, or longer than 63, e.g. the default \
+             {DEFAULT_IDLE_NAMESPACE}), or pass --deny-idle-namespace to forbid creating it"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `s` is a DNS-1123 subdomain: what a Lease name must be.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
@@ -527,14 +570,7 @@ impl InjectOptions {
                 "must be an image reference without spaces, e.g. registry.example.com/passmower-elector:0.1.0",
             ));
         }
-        if !is_dns1123_label(&self.idle_namespace) {
-            return Err(ConfigError::new(
-                "--idle-namespace",
-                &self.idle_namespace,
-                "must be one namespace name (DNS-1123 label: lowercase letters, digits and '-', \
-                 at most 63, no wildcard or comma) that never exists",
-            ));
-        }
+        check_idle_namespace(&self.idle_namespace, self.deny_idle_namespace)?;
         if let Some(namespace) = &self.namespace {
             if !is_dns1123_label(namespace) {
                 return Err(ConfigError::new(
@@ -726,7 +762,7 @@ mod tests {
 
     #[test]
     fn dns1123_labels() {
-        assert!(is_dns1123_label(DEFAULT_IDLE_NAMESPACE));
+        assert!(!is_dns1123_label(DEFAULT_IDLE_NAMESPACE));
         assert!(is_dns1123_label("a"));
         assert!(is_dns1123_label("a-1"));
         for bad in ["", "*", "a,b", "-a", "a-", "A", "a.b", &"a".repeat(64)] {
@@ -742,6 +778,73 @@ mod tests {
         };
         let err = opts.validate().unwrap_err();
         assert_eq!(err.flag, "--idle-namespace");
+    }
+
+    #[test]
+    fn the_default_idle_namespace_can_never_be_a_namespace() {
+        assert!(!is_dns1123_label(DEFAULT_IDLE_NAMESPACE));
+        assert!(!is_dns1123_subdomain(DEFAULT_IDLE_NAMESPACE));
+        assert!(check_idle_namespace(DEFAULT_IDLE_NAMESPACE, false).is_ok());
+        assert!(opts().validate().is_ok());
+    }
+
+    #[test]
+    fn an_idle_namespace_a_namespace_could_have_needs_the_deny_policy() {
+        for name in [
+            "passmower-elector-idle",
+            "idle",
+            "passmower-elector-idle-never-create",
+        ] {
+            let err = check_idle_namespace(name, false).unwrap_err();
+            assert_eq!(err.flag, "--idle-namespace");
+            assert!(err.reason.contains("--deny-idle-namespace"), "{err}");
+            assert!(check_idle_namespace(name, true).is_ok(), "{name}");
+        }
+        let long = "a".repeat(64);
+        for name in [
+            "Idle",
+            "pm.idle",
+            "pm_idle",
+            "-idle",
+            "idle-",
+            long.as_str(),
+        ] {
+            assert!(check_idle_namespace(name, false).is_ok(), "{name}");
+            assert!(check_idle_namespace(name, true).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_idle_namespace_must_be_literal_for_micromatch_and_one_path_segment() {
+        let long = "a".repeat(254);
+        for name in [
+            "",
+            "*",
+            "a,b",
+            "!idle",
+            "a?",
+            "a[b]",
+            "{a,b}",
+            "a(b)",
+            "+(a)",
+            "@(a)",
+            "a b",
+            " a",
+            "a\tb",
+            "a/b",
+            "a\\b",
+            "a%2Fb",
+            "a~b",
+            "a#b",
+            ".",
+            "..",
+            long.as_str(),
+        ] {
+            for deny in [false, true] {
+                let err = check_idle_namespace(name, deny).unwrap_err();
+                assert_eq!(err.flag, "--idle-namespace", "{name:?}");
+            }
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@ then) and stopped on demotion or expiry (acked once its group is gone). --leader
 a Node leader instance's listening ports to loopback so both fit in one pod.\n\n\
 Example (retrofit Passmower): supervise --on-change=leader-instance --leader-port-map='*=0' \
 --leader-env NAMESPACE_SELECTOR=passmower \
---follower-env NAMESPACE_SELECTOR=passmower-elector-idle -- node src/app.js")]
+--follower-env NAMESPACE_SELECTOR=passmower-elector_idle -- node src/app.js")]
 pub struct SuperviseArgs {
     /// Flag file written by the elector on the shared volume; watched with inotify and re-read
     /// periodically. Missing or malformed means follower. The ack is kept in `<flag-file>.ack`.

@@ -45,6 +45,11 @@ pub const DEFAULT_SERVICE: &str = "passmower-elector-webhook";
 pub struct WebhookArgs {
     #[command(flatten)]
     pub sidecar: SidecarArgs,
+    /// The --idle-namespace is a valid namespace name that a ValidatingAdmissionPolicy forbids
+    /// creating (the chart's injection.denyIdleNamespace installs one); such a name is refused
+    /// without it. Not needed for the default, which no namespace can have.
+    #[arg(long, env = "ELECTOR_DENY_IDLE_NAMESPACE")]
+    pub deny_idle_namespace: bool,
     /// Address of the HTTPS admission endpoint (POST /mutate).
     #[arg(long, env = "ELECTOR_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
@@ -158,7 +163,10 @@ pub struct WebhookConfig {
 
 impl WebhookArgs {
     pub fn into_config(self) -> Result<WebhookConfig, ConfigError> {
-        let inject = self.sidecar.options()?;
+        let inject = InjectOptions {
+            deny_idle_namespace: self.deny_idle_namespace,
+            ..self.sidecar.options()?
+        };
         inject.validate()?;
         let certs = match (self.tls_cert_file, self.tls_key_file) {
             (Some(cert), Some(key)) => CertSource::Files {

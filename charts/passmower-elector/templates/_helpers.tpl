@@ -92,7 +92,8 @@ the shell: only what differs from inject's own defaults, which match this chart'
 {{- if ne .Values.lease.renewDeadline "10s" }}{{ $args = append $args (printf "--renew-deadline=%s" .Values.lease.renewDeadline) }}{{ end -}}
 {{- if ne .Values.lease.retryPeriod "2s" }}{{ $args = append $args (printf "--retry-period=%s" .Values.lease.retryPeriod) }}{{ end -}}
 {{- if ne .Values.lease.killGrace "3s" }}{{ $args = append $args (printf "--kill-grace=%s" .Values.lease.killGrace) }}{{ end -}}
-{{- if ne .Values.idleNamespace "passmower-elector-idle-never-create" }}{{ $args = append $args (printf "--idle-namespace=%s" .Values.idleNamespace) }}{{ end -}}
+{{- if ne .Values.idleNamespace "passmower-elector_idle" }}{{ $args = append $args (printf "--idle-namespace=%s" .Values.idleNamespace) }}{{ end -}}
+{{- if .Values.denyIdleNamespace }}{{ $args = append $args "--deny-idle-namespace" }}{{ end -}}
 {{- if ne (int .Values.probePort) 8081 }}{{ $args = append $args (printf "--probe-port=%d" (int .Values.probePort)) }}{{ end -}}
 {{- if ne (int .Values.togglePort) 8082 }}{{ $args = append $args (printf "--toggle-port=%d" (int .Values.togglePort)) }}{{ end -}}
 {{- if .Values.classicSidecar }}{{ $args = append $args "--classic-sidecar" }}{{ end -}}
