@@ -6,7 +6,8 @@
 #   scripts/test.sh --test control_plane -- --nocapture
 #
 # Extra arguments go to `cargo test --all-targets`. Set PME_CONTROL_PLANE to a directory with
-# `kube-apiserver` and `etcd` to use those instead of building.
+# `kube-apiserver` and `etcd` to use those instead of building, and PME_PASSMOWER_APP to an
+# npm-installed Passmower tree (scripts/build-passmower-app.sh makes and caches one).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,6 +23,11 @@ for bin in kube-apiserver etcd; do
 done
 command -v openssl >/dev/null || { echo "test.sh: openssl is required (test CA)" >&2; exit 1; }
 export PME_CONTROL_PLANE
+# Upstream Passmower, npm-installed and cached, for the tests that run it as a plain process.
+if [[ -z "${PME_PASSMOWER_APP:-}" ]]; then
+  PME_PASSMOWER_APP="$(scripts/build-passmower-app.sh | tail -n 1)"
+fi
+export PME_PASSMOWER_APP
 
 # `cargo test` compiles the examples but does not leave them at target/<profile>/examples/NAME,
 # where tests/consumer_example.rs runs the reference consumer from.

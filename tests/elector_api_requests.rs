@@ -86,6 +86,9 @@ fn elector(user: &str, namespace: &str, flag: &std::path::Path) -> ElectorProces
         &flag,
         "--probe-addr",
         "127.0.0.1:0",
+        // No consumer here: the test counts the elector's own API requests.
+        "--consumer-check",
+        "none",
     ];
     args.extend_from_slice(&support::FAST_TIMINGS);
     ElectorProcess::spawn(

@@ -393,9 +393,15 @@ fn the_charts_default_idle_namespace_is_the_binarys_and_needs_no_deny_policy() {
 }
 
 /// The npm-installed copy of upstream Passmower 1.3.0 (`src/` and `node_modules/`) that the
-/// real-Passmower test runs, from `PME_PASSMOWER_APP`; none: that test says so and checks nothing.
+/// real-Passmower test runs, from `PME_PASSMOWER_APP` (scripts/test.sh sets it); none: that
+/// test says so and checks nothing, except under CI, where it fails.
 fn passmower_app() -> Option<PathBuf> {
     let Some(dir) = std::env::var_os("PME_PASSMOWER_APP").map(PathBuf::from) else {
+        // scripts/test.sh always sets it: in CI a skip here would be a test that cannot fail.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PME_PASSMOWER_APP is not set under CI: run the tests through scripts/test.sh"
+        );
         eprintln!(
             "PME_PASSMOWER_APP is not set: real Passmower is NOT run. Point it at a copy of \
              ../shared/upstream/passmower after `npm install --omit=dev` (drop \

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prepares upstream Passmower 1.3.0 to run as a plain process in the integration tests
+# (tests/idle_namespace.rs runs a real follower against the real apiserver): a copy of
+# ../shared/upstream/passmower's src/ with `npm install --omit=dev` beside it, cached by the
+# package files, the source and the Node version, so a warm run only checks it is there.
+#
+# Prints the app directory (for PME_PASSMOWER_APP) on its last line of stdout.
+# Environment: PME_UPSTREAM (default ../shared/upstream/passmower), PME_CACHE.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+UPSTREAM="${PME_UPSTREAM:-$PWD/../shared/upstream/passmower}"
+CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+log() { echo "build-passmower-app: $*" >&2; }
+die() { log "$*"; exit 1; }
+[[ -f "$UPSTREAM/package.json" && -d "$UPSTREAM/src" ]] || die "no Passmower tree at $UPSTREAM (PME_UPSTREAM)"
+command -v npm >/dev/null || die "npm is required"
+sha() { sha256sum | cut -c1-16; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# @codemowers/oidc-key-manager ^1.2.0 is not in the npm registry and src/ never imports it
+# (../shared/upstream/README.md).
+python3 - "$UPSTREAM/package.json" "$work/package.json" <<'PY'
+import json, sys
+pkg = json.load(open(sys.argv[1]))
+pkg.get("dependencies", {}).pop("@codemowers/oidc-key-manager", None)
+json.dump(pkg, open(sys.argv[2], "w"), indent=2)
+PY
+key="$( (cat "$work/package.json" "$UPSTREAM/package-lock.json"; node --version;
+  cd "$UPSTREAM" && find src -type f -print0 | sort -z | xargs -0 sha256sum) | sha)"
+app="$CACHE/passmower-app-$key"
+if [[ ! -f "$app/.complete" ]]; then
+  log "npm install --omit=dev into $app (a minute or two)"
+  rm -rf "$app" "$app.tmp"
+  mkdir -p "$app.tmp"
+  cp "$work/package.json" "$UPSTREAM/package-lock.json" "$app.tmp/"
+  cp -a "$UPSTREAM/src" "$app.tmp/src"
+  (cd "$app.tmp" && npm install --omit=dev --no-audit --no-fund --loglevel=error >&2)
+  touch "$app.tmp/.complete"
+  mv "$app.tmp" "$app"
+fi
+log "app: $app"
+echo "$app"
