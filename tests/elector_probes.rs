@@ -264,9 +264,13 @@ async fn a_connection_flood_from_other_addresses_cannot_fail_the_probe_or_stall_
         failed.len(),
         elector.logs()
     );
+    // Each source keeps its 32 newest connections open, so past 4 × 32 the server (32 slots)
+    // was full and evicting: the claim under test. How many more a loaded machine manages to
+    // open in the time says nothing more (it varies with load, 963 to several thousand).
+    let saturated = FLOOD_SOURCES.len() * 32 + 32;
     assert!(
-        opened > 1000,
-        "only {opened} flood connections: the test proved nothing"
+        opened > saturated,
+        "only {opened} flood connections (at least {saturated} fill every slot): the test proved nothing"
     );
     assert!(
         expiry_after.saturating_since(expiry_before) >= Duration::from_secs(3),
