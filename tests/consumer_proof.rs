@@ -156,6 +156,13 @@ async fn a_pod_whose_app_container_is_down_never_leads_and_a_working_pod_does() 
     let logs = pods[0].elector_logs();
     assert!(!logs.contains("became leader"), "{logs}");
     assert!(logs.contains("not contending for the Lease"), "{logs}");
+    // The healthy pod waited for its supervisor's first answer too, but no longer than the
+    // consumer timeout: no warning, no NotContending Event.
+    let healthy = pods[1].elector_logs();
+    assert!(
+        !healthy.contains("not contending for the Lease:"),
+        "{healthy}"
+    );
 }
 
 /// The leader's whole app container dies (an OOM kill: no `stopped` in the ack file, nobody

@@ -185,6 +185,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         consumer_check: config.consumer,
         consumer: None,
         consumer_live_at: now,
+        consumer_complained: false,
     };
     elector.run(signals).await
 }
@@ -233,6 +234,8 @@ struct Elector {
     /// When the consumer was last judged live, or this pod's term began (whichever is later):
     /// a leader whose consumer stays unproven for the consumer timeout after it steps down.
     consumer_live_at: BootInstant,
+    /// Whether this spell of not contending has been warned about (log and Event) already.
+    consumer_complained: bool,
 }
 
 impl Elector {

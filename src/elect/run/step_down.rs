@@ -96,20 +96,7 @@ impl Elector {
             s.consumer = Some(state);
             s.operators_running = running;
         });
-        if before.map(ConsumerState::name) != Some(state.name()) {
-            if state.may_contend() {
-                tracing::info!(consumer = state.name(), "{state}: contending for the Lease");
-            } else {
-                tracing::warn!(
-                    consumer = state.name(),
-                    "not contending for the Lease: {state}"
-                );
-                self.event(
-                    "NotContending",
-                    format!("not contending for the Lease: {state}"),
-                );
-            }
-        }
+        self.report_consumer(before, state, now);
         if !leading || state.may_contend() {
             return;
         }
@@ -131,6 +118,44 @@ impl Elector {
         }
         self.hand_over(None).await;
         self.step_down.sit_out_until = Some(BootInstant::now().saturating_add(sit_out));
+    }
+
+    /// Logs the consumer's state when it changes and, once per spell of not contending, says
+    /// why in a warning and a `NotContending` Event. A pod's start is such a spell too, but an
+    /// expected one (the app container starts after the sidecar): it is only warned about once
+    /// it has lasted the consumer timeout, so a healthy rollout records no warning.
+    fn report_consumer(
+        &mut self,
+        before: Option<ConsumerState>,
+        state: ConsumerState,
+        now: BootInstant,
+    ) {
+        let changed = before.map(ConsumerState::name) != Some(state.name());
+        if state.may_contend() {
+            if changed {
+                tracing::info!(consumer = state.name(), "{state}: contending for the Lease");
+            }
+            self.consumer_complained = false;
+            return;
+        }
+        let was_live = before.is_some_and(ConsumerState::may_contend);
+        let overdue = now.saturating_since(self.consumer_live_at) > self.consumer_check.timeout;
+        if !self.consumer_complained && (was_live || overdue) {
+            self.consumer_complained = true;
+            tracing::warn!(
+                consumer = state.name(),
+                "not contending for the Lease: {state}"
+            );
+            self.event(
+                "NotContending",
+                format!("not contending for the Lease: {state}"),
+            );
+        } else if changed {
+            tracing::info!(
+                consumer = state.name(),
+                "not contending for the Lease yet: {state}"
+            );
+        }
     }
 }
 
