@@ -567,7 +567,17 @@ async fn unreachable_api_no_demotion_before_the_inherited_expiry_and_follower_at
 async fn a_stopped_supervisor_is_not_adopted() {
     let ns = Cluster::shared().new_namespace().await;
     Cluster::shared().create_released_lease(&ns).await;
-    let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
+    // The first electors do not check their consumer, so the leader still holds the Lease when
+    // its supervisor has stopped (a checking elector hands it over at once, which
+    // tests/consumer_proof.rs shows); its restarted elector checks, as every elector does.
+    let unchecked = || PodSpec {
+        elector_flags: vec!["--consumer-check".into(), "none".into()],
+        ..PodSpec::default()
+    };
+    let mut pods = vec![
+        Pod::start_spec("pod-a", &ns, unchecked()),
+        Pod::start_spec("pod-b", &ns, unchecked()),
+    ];
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     let other = 1 - first;
     std::thread::sleep(Duration::from_millis(500));
@@ -589,6 +599,7 @@ async fn a_stopped_supervisor_is_not_adopted() {
     assert_eq!(holder, old_holder);
     pods[first].kill_elector();
     std::thread::sleep(RESTART_DELAY);
+    pods[first].set_elector_flags(&[]);
     pods[first].restart_elector(&[]);
     assert_declined(&mut pods[first], "reports that it has stopped");
     let next = wait_for_leading_pod(&pods, Duration::from_secs(20), Some(first));
