@@ -102,6 +102,14 @@ fn leaderless(pods: &[Pod], from: f64, to: f64) -> (f64, usize) {
     (longest, starts)
 }
 
+/// A pod whose electors do not check their consumer (`--consumer-check=none`).
+fn unchecked() -> PodSpec {
+    PodSpec {
+        elector_flags: vec!["--consumer-check".into(), "none".into()],
+        ..PodSpec::default()
+    }
+}
+
 fn boot_secs() -> f64 {
     BootInstant::now().as_nanos() as f64 / 1e9
 }
@@ -263,7 +271,13 @@ async fn a_pod_with_the_same_name_and_another_uid_never_adopts() {
 async fn two_electors_in_one_pod_never_make_two_pods_leaders() {
     let ns = Cluster::shared().new_namespace().await;
     Cluster::shared().create_released_lease(&ns).await;
-    let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
+    // Without the consumer check: the second elector's token replaces the first's, so the
+    // supervisor stops answering the first, which (checking) would step down after the
+    // consumer timeout and let either pod take the Lease. This test is about the adoption.
+    let mut pods = vec![
+        Pod::start_spec("pod-a", &ns, unchecked()),
+        Pod::start_spec("pod-b", &ns, unchecked()),
+    ];
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     let other = 1 - first;
     std::thread::sleep(Duration::from_millis(500));
@@ -570,10 +584,6 @@ async fn a_stopped_supervisor_is_not_adopted() {
     // The first electors do not check their consumer, so the leader still holds the Lease when
     // its supervisor has stopped (a checking elector hands it over at once, which
     // tests/consumer_proof.rs shows); its restarted elector checks, as every elector does.
-    let unchecked = || PodSpec {
-        elector_flags: vec!["--consumer-check".into(), "none".into()],
-        ..PodSpec::default()
-    };
     let mut pods = vec![
         Pod::start_spec("pod-a", &ns, unchecked()),
         Pod::start_spec("pod-b", &ns, unchecked()),
