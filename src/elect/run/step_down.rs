@@ -67,10 +67,17 @@ impl Elector {
         if report.order() < self.outputs.term_start() || !self.step_down.due(failures) {
             return;
         }
-        let sit_out = self.candidate.timing().lease_duration;
-        tracing::warn!(failures, sit_out = ?sit_out,
+        tracing::warn!(failures, sit_out = ?self.candidate.timing().lease_duration,
             "the app keeps exiting as leader; stepping down so another pod can try");
-        if let Some(t) = self.candidate.demote(StopReason::AppFailing { failures }) {
+        self.step_down(StopReason::AppFailing { failures }, now)
+            .await;
+    }
+
+    /// Hands the Lease over like a shutdown would (demote, ack, release), then sits out one
+    /// lease duration so another pod can try.
+    async fn step_down(&mut self, reason: StopReason, now: BootInstant) {
+        let sit_out = self.candidate.timing().lease_duration;
+        if let Some(t) = self.candidate.demote(reason) {
             self.apply(t, now);
         }
         self.hand_over(None).await;
@@ -108,16 +115,12 @@ impl Elector {
         if !due {
             return;
         }
-        let sit_out = self.candidate.timing().lease_duration;
-        tracing::warn!(consumer = state.name(), sit_out = ?sit_out,
+        tracing::warn!(consumer = state.name(), sit_out = ?self.candidate.timing().lease_duration,
             "{state}: stepping down so a pod whose app runs can lead");
-        if let Some(t) = self.candidate.demote(StopReason::ConsumerGone {
+        let reason = StopReason::ConsumerGone {
             state: state.to_string(),
-        }) {
-            self.apply(t, now);
-        }
-        self.hand_over(None).await;
-        self.step_down.sit_out_until = Some(BootInstant::now().saturating_add(sit_out));
+        };
+        self.step_down(reason, now).await;
     }
 
     /// Logs the consumer's state when it changes and, once per spell of not contending, says
