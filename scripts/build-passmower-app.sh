@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Prepares upstream Passmower 1.3.0 to run as a plain process in the integration tests
-# (tests/idle_namespace.rs runs a real follower against the real apiserver): a copy of
-# ../shared/upstream/passmower's src/ with `npm install --omit=dev` beside it, cached by the
-# package files, the source and the Node version, so a warm run only checks it is there.
+# Prepares an upstream Passmower tree to run as a plain process in the integration tests
+# (tests/idle_namespace.rs runs a real follower against the real apiserver): a copy of the
+# tree's src/ with `npm install --omit=dev` beside it, cached by the package files, the source
+# and the Node version, so a warm run only checks it is there. Any generation under
+# ../shared/upstream/ works (1.3.0 in passmower/, the 2.2 era in passmower-before-election/,
+# 2.4 in passmower-with-election/); a tree without a package-lock.json is installed from its
+# package.json ranges.
 #
 # Prints the app directory (for PME_PASSMOWER_APP) on its last line of stdout.
 # Environment: PME_UPSTREAM (default ../shared/upstream/passmower), PME_CACHE.
@@ -27,14 +30,16 @@ pkg = json.load(open(sys.argv[1]))
 pkg.get("dependencies", {}).pop("@codemowers/oidc-key-manager", None)
 json.dump(pkg, open(sys.argv[2], "w"), indent=2)
 PY
-key="$( (cat "$work/package.json" "$UPSTREAM/package-lock.json"; node --version;
+lock=()
+[[ -f "$UPSTREAM/package-lock.json" ]] && lock=("$UPSTREAM/package-lock.json")
+key="$( (cat "$work/package.json" "${lock[@]}"; node --version;
   cd "$UPSTREAM" && find src -type f -print0 | sort -z | xargs -0 sha256sum) | sha)"
 app="$CACHE/passmower-app-$key"
 if [[ ! -f "$app/.complete" ]]; then
   log "npm install --omit=dev into $app (a minute or two)"
   rm -rf "$app" "$app.tmp"
   mkdir -p "$app.tmp"
-  cp "$work/package.json" "$UPSTREAM/package-lock.json" "$app.tmp/"
+  cp "$work/package.json" "${lock[@]}" "$app.tmp/"
   cp -a "$UPSTREAM/src" "$app.tmp/src"
   (cd "$app.tmp" && npm install --omit=dev --no-audit --no-fund --loglevel=error >&2)
   touch "$app.tmp/.complete"
