@@ -459,22 +459,35 @@ fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
         let r = http(port, "POST", "/", &body);
         (r, sent.elapsed())
     });
+    // The app may still be finishing operator work: the ack file must not say follower before
+    // the kill grace. Watched from the push on, so a slow machine cannot make the check look
+    // at the file only after the grace (a fixed sleep here did).
+    let mut acked_follower = None;
     assert!(
-        wait_until(LIMIT, || sb
-            .lines("signals")
+        wait_until(LIMIT, || {
+            let ack = sb.ack();
+            let follower = ack.as_ref().is_some_and(|a| {
+                (a["mode"].as_str(), a["seq"].as_u64()) == (Some("follower"), Some(2))
+            });
+            if follower {
+                acked_follower = Some(sent.elapsed());
+            }
+            follower
+        }),
+        "the demotion was never acked in the ack file"
+    );
+    let acked_follower = acked_follower.expect("set when the wait succeeded");
+    assert!(
+        acked_follower >= Duration::from_millis(1500),
+        "demotion acked in the ack file {acked_follower:?} after the push, before the kill grace"
+    );
+    assert_eq!(
+        sb.lines("signals")
             .iter()
             .filter(|l| l.starts_with(&format!("USR2 {pid}")))
-            .count()
-            == 2),
+            .count(),
+        2,
         "the app got the demotion signal"
-    );
-    // The app may still be finishing operator work: the ack file must not say follower yet.
-    std::thread::sleep(Duration::from_millis(500));
-    let ack = sb.ack().expect("ack");
-    assert_eq!(
-        (ack["mode"].as_str(), ack["seq"].as_u64()),
-        (Some("leader"), Some(1)),
-        "demotion acked in the ack file before the kill grace"
     );
     let (reply, took) = demotion.join().expect("demotion thread");
     let (status, body) = reply.expect("POST demotion");
