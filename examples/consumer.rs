@@ -1,7 +1,7 @@
 //! A reference consumer of the grant protocol, for apps that switch operator mode live
 //! instead of being restarted by `passmower-elector supervise`.
 //!
-//! It does what the protocol asks of any consumer (see the README, "The flag file and toggle
+//! It does what the protocol asks of any consumer (see docs/protocol.md, "The flag file and toggle
 //! protocol"):
 //! - obeys only objects it can tie to its elector: the `mac` verifies under the key in
 //!   `<flag-file>.token` and `incarnation` is the one that file names (on a mismatch the token is

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The side-by-side leader-election benchmark, in one command: builds the peers
 # (scripts/build-bench-peers.sh), our release binary and the control plane (cached), then runs
-# the #[ignore]d test tests/bench_election.rs, which writes docs/BENCHMARKS.md and
-# docs/handover.svg. Takes about a quarter of an hour once everything is built; never run by CI.
+# the #[ignore]d test tests/bench_election.rs, which writes docs/results/benchmarks.md and
+# docs/results/handover.svg (generated: command, date and machine in the file; never edit
+# it). Takes about a quarter of an hour once everything is built; never run by CI.
 #
 #   scripts/bench.sh
 #   PME_BENCH_HANDOVER_ROUNDS=5 PME_BENCH_CRASH_ROUNDS=1 PME_BENCH_ONLY=ours,cgo \

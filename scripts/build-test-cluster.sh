@@ -5,7 +5,7 @@
 #
 # Prints the directory holding `kube-apiserver`, `etcd` and `kubectl` on its last line of stdout.
 # kubectl comes from the same module and version as the apiserver: the tests run the commands the
-# README documents, and Debian packages no kubectl.
+# install pages (docs/install/) document, and Debian packages no kubectl.
 # Environment: KUBE_VERSION (default below), ETCD_VERSION, PME_CACHE (cache root).
 set -euo pipefail
 

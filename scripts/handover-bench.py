@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13: HTTP requests lost at a handover, on the real Passmower, restart mode against
+"""HTTP requests lost at a handover, on the real Passmower, restart mode against
 `supervise --on-change=leader-instance`. Processes as pods: each pod is a network + mount
 namespace this script creates (Passmower's 9090 is fixed, and its Kubernetes client reads the
 service-account files from their fixed path), running `elect` and `supervise -- node src/app.js`

@@ -52,7 +52,7 @@ pub struct Order {
     pub seq: u64,
 }
 
-/// The flag-file / toggle object. Field names are a stable interface (see the README).
+/// The flag-file / toggle object. Field names are a stable interface (see docs/protocol.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
     pub mode: Mode,

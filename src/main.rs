@@ -1,4 +1,4 @@
-//! `passmower-elector`: see the README and `passmower-elector --help`.
+//! `passmower-elector`: see the README, docs/reference/ and `passmower-elector --help`.
 
 fn main() -> std::process::ExitCode {
     passmower_elector::cli::run()

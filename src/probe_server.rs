@@ -15,7 +15,7 @@
 //!   which a per-source rate limit would refuse it.
 //!
 //! What it cannot bound is many sources at once, or the kernel's work for a flood's packets:
-//! that is the NetworkPolicy's job (README, "Probe port").
+//! that is the NetworkPolicy's job (docs/reference/elect.md, the probe port).
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;

@@ -1,4 +1,4 @@
-//! The fault campaign (issue 5): five pods — elector, supervisor, recording child — against a
+//! The fault campaign: five pods — elector, supervisor, recording child — against a
 //! private etcd + kube-apiserver, with process kills and freezes, per-pod partitions, control
 //! plane restarts and hand edits of the Lease drawn from a seeded schedule. Two leaders in
 //! operator mode at once is a failure however rare; so is a leaderless gap longer than the
@@ -23,6 +23,15 @@ fn campaign(default_duration: Duration) {
     let config = Config::from_env(default_duration);
     let report = run(&config);
     eprintln!("{report}");
+    // scripts/campaign.sh writes this into docs/results/campaign.md.
+    if let Some(path) = std::env::var_os("PME_CAMPAIGN_REPORT") {
+        if let Err(e) = std::fs::write(&path, report.to_string()) {
+            eprintln!(
+                "cannot write PME_CAMPAIGN_REPORT {}: {e}",
+                path.to_string_lossy()
+            );
+        }
+    }
     assert!(
         report.safe(),
         "SAFETY: two leaders or a broken record — {}\n(report above; rerun with PME_CAMPAIGN_SEED={})",

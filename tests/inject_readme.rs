@@ -1,4 +1,4 @@
-//! Every command the README and the retrofit example mark `<!-- tested: NAME -->` runs as
+//! Every command the install pages (docs/install/) mark `<!-- tested: NAME -->` runs as
 //! written, in bash, against a real kube-apiserver of its own (the upstream chart's CRDs and
 //! ClusterRole are cluster-wide, so two installs would collide): Helm 3, Helm 4 with its
 //! plugin, kustomize, and kubectl on a live install. The text must name the upstream chart as
@@ -19,8 +19,44 @@ use support::Cluster;
 /// One private control plane at a time: these are the slow tests of the binary.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const README: &str = include_str!("../README.md");
-const EXAMPLE: &str = include_str!("../examples/retrofit-passmower/README.md");
+const HELM3: &str = include_str!("../docs/install/helm3.md");
+const HELM4: &str = include_str!("../docs/install/helm4.md");
+const KUSTOMIZE: &str = include_str!("../docs/install/kustomize-flux.md");
+const KUBECTL: &str = include_str!("../docs/install/kubectl.md");
+
+/// Every page a user installs from, with the blocks it must mark as tested.
+const PAGES: [(&str, &str, &[&str]); 10] = [
+    ("README.md", include_str!("../README.md"), &[]),
+    (
+        "docs/install/README.md",
+        include_str!("../docs/install/README.md"),
+        &[],
+    ),
+    (
+        "docs/install/sidecar-image.md",
+        include_str!("../docs/install/sidecar-image.md"),
+        &[],
+    ),
+    ("docs/install/helm3.md", HELM3, &["helm3"]),
+    ("docs/install/helm4.md", HELM4, &["helm4"]),
+    ("docs/install/kustomize-flux.md", KUSTOMIZE, &["kustomize"]),
+    (
+        "docs/install/argocd.md",
+        include_str!("../docs/install/argocd.md"),
+        &[],
+    ),
+    ("docs/install/kubectl.md", KUBECTL, &["kubectl"]),
+    (
+        "docs/install/webhook.md",
+        include_str!("../docs/install/webhook.md"),
+        &[],
+    ),
+    (
+        "examples/retrofit-passmower/README.md",
+        include_str!("../examples/retrofit-passmower/README.md"),
+        &[],
+    ),
+];
 
 fn block(markdown: &str, name: &str) -> String {
     tested_blocks(markdown)
@@ -32,14 +68,9 @@ fn block(markdown: &str, name: &str) -> String {
 
 #[test]
 fn the_docs_name_upstream_as_users_install_it() {
-    let names =
-        |md: &str| -> Vec<String> { tested_blocks(md).into_iter().map(|(n, _)| n).collect() };
-    assert_eq!(names(README), ["helm3", "helm4"]);
-    assert_eq!(names(EXAMPLE), ["helm3", "helm4", "kustomize", "kubectl"]);
-    for (file, text) in [
-        ("README.md", README),
-        ("examples/retrofit-passmower/README.md", EXAMPLE),
-    ] {
+    for (file, text, tested) in PAGES {
+        let names: Vec<String> = tested_blocks(text).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, tested, "{file}: the blocks marked tested");
         for (name, body) in tested_blocks(text) {
             if body.contains("helm ") && body.contains("passmower ") {
                 assert!(
@@ -155,32 +186,22 @@ fn run_helm_block(markdown: &str, helm: Helm, name: &str) {
 }
 
 #[test]
-fn readme_helm3() {
-    run_helm_block(README, Helm::V3, "helm3");
+fn install_helm3() {
+    run_helm_block(HELM3, Helm::V3, "helm3");
 }
 
 #[test]
-fn readme_helm4() {
-    run_helm_block(README, Helm::V4, "helm4");
-}
-
-#[test]
-fn example_helm3() {
-    run_helm_block(EXAMPLE, Helm::V3, "helm3");
-}
-
-#[test]
-fn example_helm4() {
-    run_helm_block(EXAMPLE, Helm::V4, "helm4");
+fn install_helm4() {
+    run_helm_block(HELM4, Helm::V4, "helm4");
 }
 
 /// The GitOps path: the Component rendered by the real kustomize, applied server-side.
 #[test]
-fn example_kustomize() {
+fn install_kustomize() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
-    sandbox.ok(&block(EXAMPLE, "kustomize"));
+    sandbox.ok(&block(KUSTOMIZE, "kustomize"));
     assert_retrofitted(&sandbox, "passmower", true);
     assert_idle_namespace_unguarded_and_uncreatable(&sandbox);
     // Flux gets the same patches as the Component.
@@ -200,7 +221,7 @@ fn example_kustomize() {
 /// kubectl on a live install, as one object (the documented command) and as the `kind: List`
 /// that `kubectl get deployments -o yaml` prints.
 #[test]
-fn example_kubectl() {
+fn install_kubectl() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
@@ -209,7 +230,7 @@ fn example_kubectl() {
         "helm upgrade --install passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} -n passmower \
          --create-namespace --set passmower.host=auth.example.com"
     ));
-    sandbox.ok(&block(EXAMPLE, "kubectl"));
+    sandbox.ok(&block(KUBECTL, "kubectl"));
     assert_retrofitted(&sandbox, "passmower", true);
 
     // The List form, first as a server-side dry run, then for real.

@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(ack_canonical(&ack), "ack-v1|stopped|829374651234|42|2");
     }
 
-    /// A known-answer vector for the README: HMAC-SHA256 with the key 32 × 0x01.
+    /// A known-answer vector for docs/protocol.md: HMAC-SHA256 with the key 32 × 0x01.
     #[test]
     fn the_mac_is_hex_hmac_sha256_of_the_canonical_string() {
         let mut g = sample();
@@ -321,7 +321,7 @@ mod tests {
             grant_canonical(&g).as_bytes(),
         );
         assert_eq!(mac, encode_hex(direct.as_ref()));
-        // The README's test vector (also checked with Python's hmac module).
+        // The test vector of docs/protocol.md (also checked with Python's hmac module).
         assert_eq!(
             mac,
             "89c316b224fe0fae055fcfea63317c8f024b60714bf27215ddc6bf3c1c746aff"

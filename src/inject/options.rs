@@ -48,7 +48,7 @@ pub const LONG_ABOUT: &str =
     operator writes only from the Lease holder's pod) added to each targeted workload. Other \
     documents pass through unchanged; running it twice equals running it once.\n\n\
     The sidecar image is required (--image): nothing publishes it, build and push it first \
-    (README: \"The sidecar image\").\n\n\
+    (docs/install/sidecar-image.md).\n\n\
     Helm 3: `helm upgrade --install ... -n NAMESPACE --post-renderer passmower-elector \
     --post-renderer-args inject --post-renderer-args=--image=IMAGE \
     --post-renderer-args=--namespace=NAMESPACE` (helm gives a post-renderer no namespace; the \

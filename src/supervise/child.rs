@@ -83,7 +83,7 @@ pub fn signal_group(pgid: Pid, sig: Signal) {
 }
 
 /// Whether any process (zombies included, until reaped) is still in group `pgid`.
-/// A process that moved itself to another group escapes this check; see the README.
+/// A process that moved itself to another group escapes this check; see docs/design/safety.md.
 pub fn group_exists(pgid: Pid) -> bool {
     // EPERM means a member exists that we may not signal: it exists.
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))

@@ -1,7 +1,7 @@
 //! `--leader-port-map`: moving a Node.js leader instance's listening ports out of the serving
 //! instance's way, without a changed image.
 //!
-//! Why a preload module in `NODE_OPTIONS`, and not something else (see also the README):
+//! Why a preload module in `NODE_OPTIONS`, and not something else (see also docs/design/handover.md):
 //! - Passmower's metrics/health server listens on 9090, fixed in its code; only its HTTP port
 //!   (`PORT`) is configurable. Two instances in one pod share one network namespace, so the
 //!   second one must bind elsewhere, and the only seam an unmodified image offers is the Node
