@@ -42,6 +42,7 @@
 //!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
 
 mod child;
+pub mod converge;
 mod follow;
 pub mod mode;
 mod port_map;
@@ -216,6 +217,16 @@ pub struct SuperviseArgs {
     #[arg(long, env = "ELECTOR_EXIT_WITH_CHILD")]
     pub exit_with_child: bool,
 
+    /// For Passmower: before each leader start, find the OIDCClients this Deployment's operator
+    /// claimed (`status.instance` is `<namespace>-$DEPLOYMENT_NAME`, in the leader's
+    /// NAMESPACE_SELECTOR) whose client Secret is missing, log each, record a Warning Event on
+    /// it, and remove its claim so the starting operator claims it again and creates the
+    /// Secret (it skips clients already in Redis otherwise). Uses the app's in-cluster
+    /// ServiceAccount, so it passes the write fence only in the pod that holds the Lease; gives
+    /// up after 10s and starts the leader anyway. Needs --on-change=leader-instance or restart.
+    #[arg(long, env = "ELECTOR_CONVERGE_OIDC_CLIENTS")]
+    pub converge_oidc_clients: bool,
+
     /// The app command and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -341,6 +352,7 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     )?;
     check_durations(&args)?;
     let leader_env = leader_instance_env(&args, addr)?;
+    let converge = converge_settings(&args, &leader_env)?;
     let on_follower = match args.on_change {
         // The serving instance is what runs as follower; the grant-following child (the leader
         // instance) runs only while leader.
@@ -376,12 +388,47 @@ fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
                 args.restart_backoff_max,
                 args.restart_backoff_reset,
             ),
+            converge,
         },
         flag_file: args.flag_file,
         reread: args.reread_interval,
         elector_uid: args.elector_uid,
         listener,
     })
+}
+
+/// The promotion check of `--converge-oidc-clients`, set up from what the leader instance's
+/// environment will be: `--leader-env` over the supervisor's own.
+fn converge_settings(
+    args: &SuperviseArgs,
+    leader_env: &[(String, String)],
+) -> Result<Option<converge::Converge>, ConfigError> {
+    if !args.converge_oidc_clients {
+        return Ok(None);
+    }
+    if let OnChange::Signal(_) = args.on_change {
+        return Err(ConfigError::new(
+            "--converge-oidc-clients",
+            "true",
+            format!(
+                "needs --on-change=leader-instance or restart: with {} the operator is not \
+                 started at promotion, so there is no start to check before",
+                args.on_change
+            ),
+        ));
+    }
+    let leader_value = |key: &str| {
+        leader_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(key).ok())
+    };
+    Ok(Some(converge::Converge {
+        selector: leader_value("NAMESPACE_SELECTOR"),
+        deployment: leader_value("DEPLOYMENT_NAME"),
+    }))
 }
 
 /// The re-read interval and the restart backoff within their ranges (see [`MIN_REREAD`],

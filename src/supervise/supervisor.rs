@@ -16,11 +16,12 @@ use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::child::{self, Exit};
+use super::converge::{self, Converge, Outcome};
 use super::follow::Observation;
 use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
 use super::serving::Serving;
 use super::stop::GroupStop;
-use super::toggle::{Push, Reply, Status};
+use super::toggle::{ConvergeStatus, Push, Reply, Status};
 use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
 use crate::grant::{self, Grant, Mode, Order};
@@ -57,6 +58,26 @@ pub struct Settings {
     /// Exit with the child's status when it exits on its own, instead of restarting it.
     pub exit_with_child: bool,
     pub backoff: Backoff,
+    /// `--converge-oidc-clients`: the check run before each leader start.
+    pub converge: Option<Converge>,
+}
+
+/// A finished promotion check: its number and what it found.
+type Converged = (u64, Result<Outcome, String>);
+
+/// The promotion check of `--converge-oidc-clients`, per leader start.
+#[derive(Debug, Default)]
+struct ConvergeState {
+    /// The check in flight: its number and task (aborted when the leader start is no longer
+    /// wanted; its late writes would be refused by the fence anyway).
+    running: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// Checks started so far (numbers them).
+    started: u64,
+    /// The check for the next leader start is done.
+    done: bool,
+    /// The start the check delays is a restart after a crash.
+    after_crash: bool,
+    status: ConvergeStatus,
 }
 
 /// The child's state.
@@ -125,6 +146,9 @@ pub struct Supervisor {
     refusals: LogThrottle,
     /// With `--on-change=leader-instance`: the instance that serves whatever the grant says.
     serving: Option<Serving>,
+    converge: ConvergeState,
+    converged_tx: mpsc::UnboundedSender<Converged>,
+    converged_rx: Option<mpsc::UnboundedReceiver<Converged>>,
     status: watch::Sender<Status>,
 }
 
@@ -134,8 +158,12 @@ impl Supervisor {
     pub fn new(settings: Settings, trust: Trust, status: watch::Sender<Status>) -> Self {
         let serving = (settings.on_change == OnChange::LeaderInstance)
             .then(|| Serving::new(settings.backoff.clone()));
+        let (converged_tx, converged_rx) = mpsc::unbounded_channel();
         Supervisor {
             serving,
+            converge: ConvergeState::default(),
+            converged_tx,
+            converged_rx: Some(converged_rx),
             settings,
             obeyed: None,
             demoted_locally: false,
@@ -227,6 +255,10 @@ impl Supervisor {
         if let Some(serving) = &mut self.serving {
             serving.start(&self.settings, now);
         }
+        let mut converged = self
+            .converged_rx
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1);
         self.reconcile();
         loop {
             self.serving_follows_shutdown();
@@ -256,6 +288,7 @@ impl Supervisor {
                 Some(sig) = signals.next() => self.on_signal(sig),
                 Some(obs) = observations.recv() => self.on_file(obs),
                 Some(push) = pushes.recv() => self.on_push(push),
+                Some(done) = converged.recv() => self.on_converged(done),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(self.settings.ack_retry), if !self.ack_ready => {
@@ -617,6 +650,9 @@ impl Supervisor {
         } else {
             mode::desired_child(self.target(now), self.settings.on_follower)
         };
+        if desired != Some(Mode::Leader) {
+            self.abandon_converge();
+        }
         // A restart that is due but no longer wanted (the mode changed meanwhile) is dropped, so
         // its deadline does not keep waking the loop.
         if self
@@ -692,6 +728,10 @@ impl Supervisor {
             _ => false,
         };
         self.crash_hold = None;
+        if m == Mode::Leader && !self.converge_ready(after_crash) {
+            return; // the check's result brings us back
+        }
+        let after_crash = after_crash || std::mem::take(&mut self.converge.after_crash);
         let (env, args) = match m {
             Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
             _ => (&self.settings.follower_env, &self.settings.follower_args),
@@ -702,6 +742,11 @@ impl Supervisor {
                     self.restarts += 1;
                 }
                 tracing::info!(pid = pid.as_raw(), mode = %m, restarts = self.restarts, "child started");
+                if m == Mode::Leader {
+                    // The next leader start (a restart after a crash, a later promotion) checks
+                    // again.
+                    self.converge.done = false;
+                }
                 self.child = ChildState::Running(Running {
                     pid,
                     mode: m,
@@ -726,6 +771,89 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Whether a leader start may go ahead: without `--converge-oidc-clients`, or once this
+    /// start's check is done (started here if it is not running yet).
+    fn converge_ready(&mut self, after_crash: bool) -> bool {
+        let Some(spec) = self.settings.converge.clone() else {
+            return true;
+        };
+        if self.converge.done {
+            return true;
+        }
+        if self.converge.running.is_none() {
+            self.converge.started += 1;
+            self.converge.after_crash = after_crash;
+            let id = self.converge.started;
+            let tx = self.converged_tx.clone();
+            tracing::info!(
+                "checking the OIDCClients this Deployment claimed for missing client Secrets                  before the leader instance starts"
+            );
+            let task = tokio::spawn(async move {
+                let result = match tokio::time::timeout(converge::CONVERGE_LIMIT, spec.run()).await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(format!(
+                        "not finished within {}",
+                        crate::config::human(converge::CONVERGE_LIMIT)
+                    )),
+                };
+                let _ = tx.send((id, result));
+            });
+            self.converge.running = Some((id, task));
+        }
+        false
+    }
+
+    /// The leader start the check was for is no longer wanted: stop the check, and check again
+    /// before the next one.
+    fn abandon_converge(&mut self) {
+        if let Some((_, task)) = self.converge.running.take() {
+            task.abort();
+            tracing::info!("leader start no longer wanted; promotion check abandoned");
+        }
+        self.converge.done = false;
+        self.converge.after_crash = false;
+    }
+
+    fn on_converged(&mut self, (id, result): Converged) {
+        if self.converge.running.as_ref().map(|(i, _)| *i) != Some(id) {
+            return; // an abandoned check's late answer
+        }
+        self.converge.running = None;
+        self.converge.done = true;
+        let status = &mut self.converge.status;
+        status.checks += 1;
+        match result {
+            Ok(out) => {
+                status.missing_client_secrets += out.missing.len() as u64;
+                status.released_clients += out.released.len() as u64;
+                for client in &out.released {
+                    tracing::warn!(%client,
+                        "OIDCClient claimed by this Deployment has no client Secret (a write                          sequence cut short by a takeover, a crash or a deletion); handed back so                          the leader instance claims and reconciles it");
+                }
+                for failure in &out.failed {
+                    tracing::error!(%failure, "OIDCClient left unreconciled by the promotion check");
+                }
+                for client in &out.skipped {
+                    tracing::warn!(%client,
+                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the                          check cannot tell whether the operator reconciles its namespace");
+                }
+                tracing::info!(
+                    checked = out.checked,
+                    missing = out.missing.len(),
+                    released = out.released.len(),
+                    "promotion check done; starting the leader instance"
+                );
+            }
+            Err(error) => {
+                status.failed_checks += 1;
+                tracing::error!(%error,
+                    "promotion check failed; starting the leader instance anyway (a client whose                      Secret is missing stays so until its OIDCClient changes)");
+            }
+        }
+        self.reconcile();
     }
 
     /// Writes the ack file and answers waiting pushes; only called when no stop (or demotion by
@@ -841,6 +969,11 @@ impl Supervisor {
             seq: obeyed.map(|g| g.seq).unwrap_or(0),
             kill_grace_ns: crate::grant::duration_ns(self.kill_grace()),
             leader_start_failures: self.leader_start_failures,
+            converge: self
+                .settings
+                .converge
+                .as_ref()
+                .map(|_| self.converge.status.clone()),
         });
     }
 }

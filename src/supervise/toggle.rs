@@ -74,6 +74,22 @@ pub struct Status {
     /// (the `child_*` fields then describe the leader instance, absent while follower).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serving: Option<super::serving::ServingStatus>,
+    /// With `--converge-oidc-clients`, what the promotion checks found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub converge: Option<ConvergeStatus>,
+}
+
+/// What `GET /mode` says about the promotion checks of `--converge-oidc-clients`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ConvergeStatus {
+    /// Checks completed (one before each leader start).
+    pub checks: u64,
+    /// Claimed OIDCClients found without their client Secret, over all checks.
+    pub missing_client_secrets: u64,
+    /// Of those, the ones handed back to the starting operator.
+    pub released_clients: u64,
+    /// Checks that failed or timed out (the leader instance started anyway).
+    pub failed_checks: u64,
 }
 
 /// Largest grant object accepted; real ones are a few hundred bytes.

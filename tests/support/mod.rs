@@ -11,8 +11,10 @@
 pub mod audit;
 pub mod cluster;
 pub mod elector;
+pub mod fence;
 pub mod grants;
 pub mod manifests;
+pub mod passmower;
 pub mod process;
 pub mod proxy;
 pub mod rbac;
