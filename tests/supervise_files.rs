@@ -268,6 +268,19 @@ fn a_root_supervisor_without_capabilities_names_the_dropped_capability() {
         "no error naming the dropped capability"
     );
     assert_follower_only(&sb, &sv);
+
+    // What inject does for such an app: the elector runs as UID 0 too, so the token is the
+    // supervisor's own file, readable without any capability; grants are obeyed again.
+    nix::unistd::chown(
+        &sb.token_file(),
+        Some(nix::unistd::Uid::from_raw(0)),
+        Some(nix::unistd::Gid::from_raw(0)),
+    )
+    .expect("chown token back");
+    let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
+    assert_eq!(status, 200, "{body}");
+    sv.wait_mode("leader", LIMIT)
+        .expect("the app runs as leader once the token is its own UID's");
 }
 
 /// `copy-self` put the binary in place with mode 0755 & ~umask: 0700 under umask 077, which
