@@ -10,12 +10,17 @@ use support_supervise::*;
 /// Runs `supervise` with `args` (bounded by the supervisor's own validation, which happens before
 /// anything long-running), with a command that would leave a marker if it were ever started.
 fn run(sb: &Sandbox, args: &[&str], with_command: bool) -> Output {
+    run_in(sb, args, with_command.then_some(&[]), &[])
+}
+
+/// Like [`run`], with `env` added and the marking command run by `runner` (`[]`: on its own).
+fn run_in(sb: &Sandbox, args: &[&str], runner: Option<&[&str]>, env: &[(&str, &str)]) -> Output {
     let marker = sb.path("started");
     let app = sb.script("app.sh", &format!("touch {}", marker.display()));
     let mut cmd = Command::new(BIN);
-    cmd.arg("supervise").args(args);
-    if with_command {
-        cmd.arg("--").arg(&app);
+    cmd.arg("supervise").args(args).envs(env.iter().copied());
+    if let Some(runner) = runner {
+        cmd.arg("--").args(runner).arg(&app);
     }
     // No test here may reach the event loop; if one did, its child would create the marker and
     // the supervisor would not exit, so the wait is bounded and ends it by its handle.
@@ -402,6 +407,84 @@ fn a_leader_port_map_onto_a_taken_port_is_refused() {
         let out = run(&sb, &args, true);
         assert_config_error(&sb, &out, needles);
     }
+}
+
+/// A Node.js older than 18.18 has no `--import`, so the port map's preload made every leader
+/// instance fail at start ("bad option"), and leadership went round the pods with nothing
+/// reconciling. Now refused before anything starts, naming the version. The stand-in answers
+/// `--version` as Node 16 does and refuses `--import` in NODE_OPTIONS as it does (no Node 16 on
+/// the test machine).
+#[test]
+fn a_leader_port_map_with_a_node_without_import_is_refused_naming_the_version() {
+    let sb = Sandbox::new();
+    let f = flag(&sb);
+    let old = sb.path("old");
+    std::fs::create_dir(&old).expect("mkdir");
+    let node = old.join("node");
+    std::fs::write(
+        &node,
+        "#!/bin/sh\n\
+         case \"$NODE_OPTIONS\" in *--import*) \
+         echo \"node: --import= is not allowed in NODE_OPTIONS\" >&2; exit 9;; esac\n\
+         [ \"$1\" = --version ] && { echo v16.20.2; exit 0; }\n\
+         shift; exec sh \"$@\"\n",
+    )
+    .expect("write node");
+    std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let args = [
+        "--flag-file",
+        f.as_str(),
+        "--listen",
+        "127.0.0.1:0",
+        "--on-change=leader-instance",
+        "--leader-port-map=*=0",
+    ];
+    let needles = [
+        "--leader-port-map",
+        "needs Node.js 18.18 or later",
+        "(v16.20.2)",
+    ];
+    // `node` on PATH, behind a wrapper script.
+    let path = format!(
+        "{}:{}",
+        old.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = run_in(&sb, &args, Some(&[]), &[("PATH", &path)]);
+    assert_config_error(&sb, &out, &needles);
+    // The command itself, whatever `node` PATH finds.
+    let named = node.to_str().unwrap_or_default();
+    let out = run_in(&sb, &args, Some(&[named, "--no-warnings"]), &[]);
+    assert_config_error(&sb, &out, &[&format!("`{named} --version`"), "(v16.20.2)"]);
+    // A --require on node's own command line runs before the map's --import, which cannot move
+    // it there: refused, saying where it goes instead.
+    let real = format!("{}/node", old.display());
+    let out = run_in(&sb, &args, Some(&[&real, "-r", "./otel.js"]), &[]);
+    assert_config_error(
+        &sb,
+        &out,
+        &[
+            "--leader-port-map",
+            "\"./otel.js\" with --require",
+            "NODE_OPTIONS",
+        ],
+    );
+    // Without a port map, no --import, nothing to refuse: that is the remedy. (The app exits
+    // at once, and the supervisor with it.)
+    let out = run_in(
+        &sb,
+        &[
+            "--flag-file",
+            f.as_str(),
+            "--listen",
+            "127.0.0.1:0",
+            "--exit-with-child",
+        ],
+        Some(&[]),
+        &[("PATH", &path)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
 /// A second, leader-only instance makes no sense beside "run nothing as follower", and a port

@@ -197,14 +197,22 @@ fn an_unreadable_token_means_follower_only_and_says_the_fix() {
         Supervisor::start(&sb, &MODE_FLAGS, &command)
     };
     sv.wait_mode("follower", LIMIT).expect("follower child");
+    let cause = if root {
+        "runs as uid 4242; fix: run the elector container as the app's UID 4242"
+    } else {
+        "the mode gives it no read permission"
+    };
     assert!(
         wait_until(LIMIT, || sv
             .log_contains("cannot read the elector's token file")
-            && sv.log_contains(
-                "fix: run the elector container as the app's UID"
-            )),
-        "no error saying the fix"
+            && sv.log_contains(cause)),
+        "no error saying the cause and the fix"
     );
+    assert_follower_only(&sb, &sv);
+}
+
+/// Refused grants, pushed and written: the app stays follower.
+fn assert_follower_only(sb: &Sandbox, sv: &Supervisor) {
     let (status, body) = sv.push(&leader(1, 1, Duration::from_secs(60)));
     assert_eq!(status, 403, "{body}");
     sb.write_grant(&leader(1, 2, Duration::from_secs(60)));
@@ -215,6 +223,64 @@ fn an_unreadable_token_means_follower_only_and_says_the_fix() {
         "{:?}",
         sb.starts()
     );
+}
+
+/// A root app container hardened with `capabilities: {drop: [ALL]}`: its supervisor is UID 0
+/// without CAP_DAC_OVERRIDE, so the elector's 0600 token owned by 65532 is as closed to it as to
+/// any other user. The error says so, and how to fix it, instead of only "permission denied".
+#[test]
+fn a_root_supervisor_without_capabilities_names_the_dropped_capability() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root, to chown the token and drop capabilities");
+        return;
+    }
+    let sb = Sandbox::new();
+    nix::unistd::chown(
+        &sb.token_file(),
+        Some(nix::unistd::Uid::from_raw(65532)),
+        Some(nix::unistd::Gid::from_raw(65532)),
+    )
+    .expect("chown token");
+    let app = sb.recording_app(Some(0));
+    let command = [app.to_str().unwrap_or_default()];
+    // util-linux setpriv, as root: no capability survives the exec.
+    let no_caps = [
+        "setpriv",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ];
+    let sv = Supervisor::start_wrapped(&sb, &no_caps, &MODE_FLAGS, &command);
+    sv.wait_mode("follower", LIMIT).expect("follower child");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", sv.pid())).expect("status");
+    assert!(
+        status.lines().any(|l| l == "CapEff:\t0000000000000000"),
+        "the supervisor kept capabilities: {status}"
+    );
+    assert!(
+        wait_until(LIMIT, || sv.log_contains(&format!(
+            "cannot read the elector's token file {}: it is owned by uid 65532, mode 0600, and \
+             this process runs as uid 0 without CAP_DAC_OVERRIDE (capabilities dropped)",
+            sb.token_file().display()
+        )) && sv
+            .log_contains("fix: run the elector container as uid 0 too")),
+        "no error naming the dropped capability"
+    );
+    assert_follower_only(&sb, &sv);
+
+    // What inject does for such an app: the elector runs as UID 0 too, so the token is the
+    // supervisor's own file, readable without any capability; grants are obeyed again.
+    nix::unistd::chown(
+        &sb.token_file(),
+        Some(nix::unistd::Uid::from_raw(0)),
+        Some(nix::unistd::Gid::from_raw(0)),
+    )
+    .expect("chown token back");
+    let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
+    assert_eq!(status, 200, "{body}");
+    sv.wait_mode("leader", LIMIT)
+        .expect("the app runs as leader once the token is its own UID's");
 }
 
 /// `copy-self` put the binary in place with mode 0755 & ~umask: 0700 under umask 077, which

@@ -430,6 +430,110 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
     );
 }
 
+/// An agent preloaded through NODE_OPTIONS that opens a fixed port of its own (an APM or
+/// OpenTelemetry exporter), as a CommonJS `--require` module or an ES `--import` one, with no
+/// error handler: on a collision the whole instance dies, as such agents' do. It records
+/// `PID MODE NAME HOST:PORT` in `agents`.
+fn listening_agent(sb: &Sandbox, name: &str, port: u16, esm: bool) -> std::path::PathBuf {
+    let dir = sb.dir.path().display().to_string();
+    let (file, header) = if esm {
+        (
+            format!("{name}.mjs"),
+            "import net from 'node:net';\nimport fs from 'node:fs';",
+        )
+    } else {
+        (
+            format!("{name}.js"),
+            "const net = require('net');\nconst fs = require('fs');",
+        )
+    };
+    let path = sb.path(&file);
+    std::fs::write(
+        &path,
+        format!(
+            "{header}\n\
+             const s = net.createServer((c) => c.end('{name}'));\n\
+             s.listen({port}, () => fs.appendFileSync('{dir}/agents', \
+             `${{process.pid}} ${{process.env.MODE}} {name} ${{s.address().address}}:${{s.address().port}}\\n`));\n"
+        ),
+    )
+    .expect("write agent");
+    path
+}
+
+/// Node runs every `--require` before any `--import`, and the port map's preload was appended
+/// after the container's own NODE_OPTIONS: an agent's port was bound unmoved in the leader
+/// instance, beside the serving instance's, and every leader instance died of EADDRINUSE. Both
+/// kinds of agent now load after the port map's patch and are moved with the app's ports.
+#[test]
+fn agents_preloaded_through_node_options_are_moved_with_the_apps_ports() {
+    assert!(
+        std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs node (Debian package nodejs)"
+    );
+    let (port_a, port_b, port_cjs, port_esm) = (free_port(), free_port(), free_port(), free_port());
+    let sb = Sandbox::new();
+    let cjs = listening_agent(&sb, "cjs-agent", port_cjs, false);
+    let esm = listening_agent(&sb, "esm-agent", port_esm, true);
+    let node_options = format!("--import={} --require {}", esm.display(), cjs.display());
+    let app = node_app(&sb, port_a, port_b);
+    let sv = Supervisor::start_env(
+        &sb,
+        &[("NODE_OPTIONS", &node_options)],
+        &[FLAGS.as_slice(), &["--leader-port-map=*=0"]].concat(),
+        &[app.to_str().unwrap_or_default()],
+    );
+    wait_serving(&sv, &sb);
+    assert!(
+        wait_until(LIMIT, || sb.lines("agents").len() == 2),
+        "the serving instance's agents listen: {:?}",
+        sb.lines("agents")
+    );
+    assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
+    let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader instance");
+    assert!(
+        wait_until(LIMIT, || sb.lines("agents").len() == 4
+            && sb.lines("starts").len() == 2),
+        "the leader instance's agents and app listen too: agents {:?}, starts {:?}",
+        sb.lines("agents"),
+        sb.lines("starts")
+    );
+    let agents = sb.lines("agents");
+    for (name, port) in [("cjs-agent", port_cjs), ("esm-agent", port_esm)] {
+        let on = |mode: &str| {
+            agents
+                .iter()
+                .find(|l| l.contains(&format!(" {mode} {name} ")))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .unwrap_or_else(|| panic!("no {mode} {name} in {agents:?}"))
+                .to_owned()
+        };
+        assert!(on("follower").ends_with(&format!(":{port}")), "{agents:?}");
+        let moved = on("leader");
+        assert!(
+            moved.starts_with("127.0.0.1:") && !moved.ends_with(&format!(":{port}")),
+            "{name} in the leader instance: {moved}"
+        );
+        // The fixed port still answers from the serving instance's agent.
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut conn, &mut reply).expect("read");
+        assert_eq!(reply, name);
+    }
+    assert!(
+        agents
+            .iter()
+            .any(|l| l.starts_with(&format!("{leader_pid} leader "))),
+        "{agents:?}"
+    );
+    assert_eq!(sv.mode()["child_pid"].as_i64(), Some(i64::from(leader_pid)));
+    assert!(sb.ack().expect("ack")["leader_start_failures"].is_null());
+    assert!(!sv.log_contains("EADDRINUSE"));
+}
+
 /// A leader instance whose group outlives its main process for a while after SIGTERM: the
 /// main process exits at once, a helper in its group takes `linger` to follow.
 fn app_with_lingering_helper(sb: &Sandbox, linger: Duration) -> std::path::PathBuf {

@@ -1,14 +1,16 @@
 //! Which user the sidecars run as: the app's own when it is not root, because the elector and
-//! the app read files the other writes with mode 0600.
+//! the app read files the other writes with mode 0600 — and root too when the app is a root that
+//! has dropped the capabilities that let root read another user's 0600 file.
 
 use k8s_openapi::api::core::v1::SecurityContext;
 use serde_norway::{Mapping, Value};
 
 use super::workload::{at, str_at, SIDECAR_UID};
 
-/// The user and group the app runs as, when it is not root: the elector and the install
-/// container take them over, so files one writes with mode 0600 (the push secret, the ack
-/// file) stay readable to the other.
+/// The user and group the app runs as, when the elector must share them: the elector and the
+/// install container take them over, so the token the elector writes with mode 0600 stays
+/// readable to the supervisor. `uid` is 0 only for a root app without CAP_DAC_OVERRIDE and
+/// CAP_DAC_READ_SEARCH (see [`root_without_file_override`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppIdentity {
     pub uid: i64,
@@ -33,14 +35,66 @@ fn app_security_field<'a>(pod: &'a Mapping, container: &str, name: &str) -> Opti
 }
 
 /// The target container's non-zero runAsUser (its own securityContext, else the pod's), with
-/// its runAsGroup taken the same way.
+/// its runAsGroup taken the same way; UID 0 for a root app that cannot read another user's 0600
+/// file ([`root_without_file_override`]).
+///
+/// Why the elector runs as root beside such an app, and the token is not made group-readable
+/// instead: the token's secrecy rests on one rule, "0600, owned by the user the elector and the
+/// app share", so exactly the two containers that mount the volume under that user can read it.
+/// A group-readable token needs a group both share, which only the pod-level `fsGroup` or
+/// `supplementalGroups` can give: that changes the ownership of every volume of the pod and
+/// puts every container in the group, and the supervisor would have to trust group bits. The
+/// elector as UID 0 keeps the restricted profile's other fields (every capability dropped, no
+/// privilege escalation, a read-only root file system), the same hardening the app chose.
 pub fn app_identity(pod: &Mapping, container: &str) -> Option<AppIdentity> {
     let field = |name: &str| app_security_field(pod, container, name).and_then(Value::as_i64);
-    let uid = field("runAsUser").filter(|uid| *uid > 0)?;
-    Some(AppIdentity {
-        uid,
-        gid: field("runAsGroup"),
-    })
+    let gid = field("runAsGroup");
+    match field("runAsUser").filter(|uid| *uid > 0) {
+        Some(uid) => Some(AppIdentity { uid, gid }),
+        None => root_without_file_override(pod, container).then_some(AppIdentity { uid: 0, gid }),
+    }
+}
+
+/// Whether the target container runs as root (runAsUser 0, or none and no `runAsNonRoot:
+/// true`: Passmower's image runs as root) without the capabilities that let root read a file
+/// another user owns with mode 0600: its `capabilities.drop` names `ALL` or `DAC_OVERRIDE`, and
+/// its `capabilities.add` gives back neither `DAC_OVERRIDE` nor `DAC_READ_SEARCH` (the default
+/// capability set of containerd and CRI-O has the first, not the second). Such a supervisor
+/// cannot read a token owned by the elector's default UID.
+pub fn root_without_file_override(pod: &Mapping, container: &str) -> bool {
+    let field = |name: &str| app_security_field(pod, container, name);
+    if field("runAsUser")
+        .and_then(Value::as_i64)
+        .is_some_and(|uid| uid != 0)
+        || field("runAsNonRoot").and_then(Value::as_bool) == Some(true)
+    {
+        return false;
+    }
+    // Capabilities exist only on the container's own securityContext.
+    let capabilities = pod
+        .get("containers")
+        .and_then(Value::as_sequence)
+        .and_then(|cs| cs.iter().find(|c| str_at(c, &["name"]) == Some(container)))
+        .and_then(|c| at(c, &["securityContext", "capabilities"]));
+    let names = |list: &str| -> Vec<String> {
+        capabilities
+            .and_then(|c| c.get(list))
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|n| {
+                let n = n.trim().to_ascii_uppercase();
+                n.strip_prefix("CAP_").map(str::to_owned).unwrap_or(n)
+            })
+            .collect()
+    };
+    let dropped = names("drop");
+    let added = names("add");
+    dropped.iter().any(|n| n == "ALL" || n == "DAC_OVERRIDE")
+        && !added
+            .iter()
+            .any(|n| n == "ALL" || n == "DAC_OVERRIDE" || n == "DAC_READ_SEARCH")
 }
 
 /// The flags `supervise` needs to trust the elector's token file, which it accepts only from its
@@ -157,6 +211,81 @@ mod tests {
                 [(SIDECAR_UID, SIDECAR_UID), (SIDECAR_UID, SIDECAR_UID)]
             );
         }
+    }
+
+    /// Hardening upstream's empty securityContext with `capabilities: {drop: [ALL]}` leaves a
+    /// root supervisor that cannot read the elector's 0600 token owned by 65532, so the pod never
+    /// led: the elector now runs as root too (every capability still dropped), and the token is
+    /// then the supervisor's own file.
+    #[test]
+    fn a_root_app_that_drops_dac_override_gets_a_root_elector_with_no_capabilities() {
+        let root_sidecars = |text: &str| {
+            let (value, warnings) = rewritten(text, &opts());
+            assert!(warnings.is_empty(), "{text}: {warnings:?}");
+            let elector = &value["spec"]["template"]["spec"]["initContainers"][1];
+            assert_eq!(elector["name"], "passmower-elector", "{elector:?}");
+            let sc = &elector["securityContext"];
+            assert!(sc.get("runAsNonRoot").is_none(), "{sc:?}");
+            assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+            assert_eq!(sc["allowPrivilegeEscalation"], false);
+            assert_eq!(sc["readOnlyRootFilesystem"], true);
+            assert!(supervise_args(&value)
+                .iter()
+                .all(|a| !a.starts_with("--elector-uid")));
+            sidecar_users(&value)
+        };
+        for context in [
+            "{capabilities: {drop: [ALL]}}",
+            "{runAsUser: 0, capabilities: {drop: [all]}}",
+            "{capabilities: {drop: [CAP_DAC_OVERRIDE]}}",
+            "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}",
+            "{runAsNonRoot: false, capabilities: {drop: [ALL]}}",
+        ] {
+            assert_eq!(
+                root_sidecars(&with_app_context(context)),
+                [(0, 0), (0, 0)],
+                "{context}"
+            );
+        }
+        assert_eq!(
+            root_sidecars(&with_app_context(
+                "{runAsGroup: 3000, capabilities: {drop: [ALL]}}"
+            )),
+            [(0, 3000), (0, 3000)]
+        );
+        // Root that can still read any file, or an app that is not root: as before.
+        for context in [
+            "{capabilities: {drop: [NET_RAW]}}",
+            "{capabilities: {drop: [ALL], add: [DAC_OVERRIDE]}}",
+            "{capabilities: {drop: [ALL], add: [CAP_DAC_READ_SEARCH]}}",
+            "{runAsUser: 1000, capabilities: {drop: [ALL]}}",
+        ] {
+            let (value, _) = rewritten(&with_app_context(context), &opts());
+            let expected = if context.contains("1000") {
+                [(1000, 1000), (1000, 1000)]
+            } else {
+                [(SIDECAR_UID, SIDECAR_UID), (SIDECAR_UID, SIDECAR_UID)]
+            };
+            assert_eq!(sidecar_users(&value), expected, "{context}");
+        }
+        // The pod says non-root: its image's user, warned about as before.
+        let pod_level = with_app_context("{capabilities: {drop: [ALL]}}").replace(
+            "      containers:",
+            "      securityContext: {runAsNonRoot: true}\n      containers:",
+        );
+        let (value, warnings) = rewritten(&pod_level, &opts());
+        assert_eq!(
+            sidecar_users(&value),
+            [(SIDECAR_UID, SIDECAR_UID), (SIDECAR_UID, SIDECAR_UID)]
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        // An explicit elector user that cannot share the root app's files is warned about.
+        let (_, warnings) = rewritten(
+            &with_app_context("{capabilities: {drop: [ALL]}}"),
+            &sidecar_as(Some(SIDECAR_UID)),
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("set runAsUser 0"), "{}", warnings[0]);
     }
 
     fn supervise_args(value: &Value) -> Vec<String> {

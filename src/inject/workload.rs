@@ -321,10 +321,16 @@ pub fn rewrite_pod_spec(
     let identity = super::identity::app_identity(pod, &opts.container);
     if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
         if explicit.run_as_user != Some(app.uid) {
+            let root = if app.uid == 0 {
+                " (a root app whose capabilities drop DAC_OVERRIDE reads only its own 0600 \
+                 files: set runAsUser 0 there, or give the app CAP_DAC_OVERRIDE back)"
+            } else {
+                ""
+            };
             warnings.push(format!(
                 "{}: container {:?} runs as UID {} but --sidecar-security-context sets runAsUser \
                  {:?}: the app and the elector read each other's 0600 files, so they must run \
-                 as the same user",
+                 as the same user{root}",
                 site.workload, opts.container, app.uid, explicit.run_as_user
             ));
         }
@@ -775,14 +781,16 @@ fn security_context(opts: &InjectOptions, identity: Option<AppIdentity>) -> Secu
         .unwrap_or_else(|| restricted_security_context(identity))
 }
 
-/// The Pod Security Standards "restricted" profile, as the app's user when it is not root.
+/// The Pod Security Standards "restricted" profile, as the app's user when the elector must
+/// share it (a non-root app, or a root app without the capabilities to read another user's
+/// 0600 file: then everything but `runAsNonRoot`).
 fn restricted_security_context(identity: Option<AppIdentity>) -> SecurityContext {
     let (uid, gid) = match identity {
         Some(app) => (app.uid, app.gid.unwrap_or(app.uid)),
         None => (SIDECAR_UID, SIDECAR_UID),
     };
     SecurityContext {
-        run_as_non_root: Some(true),
+        run_as_non_root: (uid != 0).then_some(true),
         run_as_user: Some(uid),
         run_as_group: Some(gid),
         read_only_root_filesystem: Some(true),

@@ -168,13 +168,15 @@ pub struct SuperviseArgs {
         default_value = "restart", value_parser = mode::parse_on_change)]
     pub on_change: OnChange,
 
-    /// With --on-change=leader-instance, for a Node.js app (Node 18.18 / 20.6 or later): a TCP
-    /// listen() of the leader instance on port FROM goes to port TO on 127.0.0.1 instead (0:
-    /// any free port); FROM `*` matches every port. A TO other than 0 may not be a FROM of the
-    /// map (the serving instance listens there), another entry's TO, or the --listen port.
-    /// Repeatable; in ELECTOR_LEADER_PORT_MAP,
-    /// separate entries with newlines. Done by a preload module added to the leader instance's
-    /// NODE_OPTIONS, so the image stays as it is. Passmower: `*=0` (its 9090 is fixed).
+    /// With --on-change=leader-instance, for a Node.js app (Node 18.18 or later; an older
+    /// `node --version` is refused at start): a TCP listen() of the leader instance on port FROM
+    /// goes to port TO on 127.0.0.1 instead (0: any free port); FROM `*` matches every port. A TO
+    /// other than 0 may not be a FROM of the map (the serving instance listens there), another
+    /// entry's TO, or the --listen port. Repeatable; in ELECTOR_LEADER_PORT_MAP,
+    /// separate entries with newlines. Done by a preload module put first in the leader
+    /// instance's NODE_OPTIONS, so the image stays as it is; the --require and --import modules
+    /// already there (an APM or OpenTelemetry agent) load after it and are moved too.
+    /// Passmower: `*=0` (its 9090 is fixed).
     #[arg(long, env = "ELECTOR_LEADER_PORT_MAP", value_name = "FROM=TO",
         value_parser = port_map::parse_entry, value_delimiter = '\n')]
     pub leader_port_map: Vec<(Option<u16>, u16)>,
@@ -537,14 +539,144 @@ fn leader_instance_env(
             ),
         ));
     }
+    check_node_preloads(&args.command, &args.leader_port_map)?;
     // The leader instance's NODE_OPTIONS: its own leader value, else the container's.
     let inherited = match env.iter().rposition(|(k, _)| k == "NODE_OPTIONS") {
         Some(i) => Some(env.remove(i).1),
         None => std::env::var("NODE_OPTIONS").ok(),
     };
-    env.retain(|(k, _)| k != "NODE_OPTIONS" && k != port_map::TABLE_VAR);
+    env.retain(|(k, _)| {
+        k != "NODE_OPTIONS" && k != port_map::TABLE_VAR && k != port_map::REQUIRE_VAR
+    });
     env.extend(map.env(inherited.as_deref()));
     Ok(env)
+}
+
+/// How long `node --version` may take before the check gives up on it (and lets the app start).
+const NODE_VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What would make every leader instance fail at start, which the elector would see only as a
+/// leader that keeps failing, handed from pod to pod: a Node.js without `--import` (it refuses
+/// the leader instance's `NODE_OPTIONS`, "bad option"), and a `--require` on node's command line
+/// (it runs before the map's `--import`, which cannot move it there as it does one in
+/// `NODE_OPTIONS`). The Node the app runs (the command itself when it is `node`, else `node` on
+/// `PATH`) is asked its version before anything starts; no Node found, or no answer, lets the
+/// app start as before.
+fn check_node_preloads(command: &[String], map: &[(Option<u16>, u16)]) -> Result<(), ConfigError> {
+    let named = command.first().filter(|c| {
+        Path::new(c)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == "node" || n == "nodejs")
+    });
+    if let Some(module) = named.and_then(|_| command_line_require(&command[1..])) {
+        return Err(ConfigError::new(
+            "--leader-port-map",
+            port_map::show(map),
+            format!(
+                "the command loads {module:?} with --require on node's command line, which Node \
+                 runs before the map's --import, so a port it opens is not moved and the leader \
+                 instance collides with the serving one; move it into NODE_OPTIONS \
+                 (`--require {module}`), where it loads after the map's patch"
+            ),
+        ));
+    }
+    let node = named.map_or("node", String::as_str);
+    let Some(version) = node_version(node) else {
+        tracing::debug!(
+            node,
+            "no Node.js version found; the port map's --import is not checked"
+        );
+        return Ok(());
+    };
+    match port_map::node_has_import(&version) {
+        Some(false) => Err(ConfigError::new(
+            "--leader-port-map",
+            port_map::show(map),
+            format!(
+                "needs Node.js {min} or later (any 19 or newer): the map is loaded with \
+                 --import, which `{node} --version` ({version}) does not have, so every leader \
+                 instance would fail at start; upgrade the image's Node.js, or run the app \
+                 without --leader-port-map and --on-change=leader-instance (the default \
+                 --on-change=restart needs neither)",
+                min = port_map::MIN_NODE,
+                version = version.trim(),
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The first module `node ARGS` loads with `-r`/`--require` before its script. Only options
+/// Node gives a separate value are skipped with their value; at anything else that is not an
+/// option (the script, or an option's value this list lacks) the search ends, so an argument of
+/// the app itself is never taken for one of Node's.
+fn command_line_require(args: &[String]) -> Option<String> {
+    const WITH_VALUE: [&str; 9] = [
+        "--import",
+        "--loader",
+        "--experimental-loader",
+        "-C",
+        "--conditions",
+        "--title",
+        "--env-file",
+        "--input-type",
+        "--inspect-port",
+    ];
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        if a == "-r" || a == "--require" {
+            return args.next().cloned();
+        }
+        if let Some(module) = a.strip_prefix("--require=") {
+            return Some(module.to_owned());
+        }
+        if a == "--" || !a.starts_with('-') {
+            return None;
+        }
+        if WITH_VALUE.contains(&a.as_str()) {
+            args.next();
+        }
+    }
+    None
+}
+
+/// `node --version`'s output, or `None` when it cannot be run, fails, or takes longer than
+/// [`NODE_VERSION_TIMEOUT`] (then it is killed, by its PID).
+fn node_version(node: &str) -> Option<String> {
+    use std::io::Read;
+    let mut child = std::process::Command::new(node)
+        .arg("--version")
+        // A NODE_OPTIONS Node cannot parse would fail the question, not answer it.
+        .env_remove("NODE_OPTIONS")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + NODE_VERSION_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => break None,
+        }
+    };
+    if !status.is_some_and(|s| s.success()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    let mut out = String::new();
+    child
+        .stdout
+        .take()?
+        .take(256)
+        .read_to_string(&mut out)
+        .ok()?;
+    Some(out)
 }
 
 /// The flag file may not exist yet, but its directory must: that is where inotify watches and
@@ -646,6 +778,36 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn a_require_on_nodes_command_line_is_found_only_among_nodes_own_options() {
+        for (line, module) in [
+            (&["-r", "./otel.js", "app.js"][..], Some("./otel.js")),
+            (
+                &[
+                    "--max-old-space-size=256",
+                    "--require",
+                    "dd-trace/init",
+                    "app.js",
+                ],
+                Some("dd-trace/init"),
+            ),
+            (
+                &["--import", "./x.mjs", "--require=apm", "app.js"],
+                Some("apm"),
+            ),
+            (&["app.js", "-r", "not-node's"], None),
+            (&["--", "app.js", "--require", "x"], None),
+            (&["--unknown-with-value", "v", "-r", "x"], None),
+            (&["app.js"], None),
+        ] {
+            assert_eq!(
+                command_line_require(&args(line)).as_deref(),
+                module,
+                "{line:?}"
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,14 @@
 //!
 //! The moved listeners bind on 127.0.0.1 only: nothing outside the pod reaches the leader
 //! instance, and its HTTP side is never sent a request.
+//!
+//! Other preloads come after ours. An agent in `NODE_OPTIONS` (OpenTelemetry, an APM) that
+//! opens a port would otherwise bind it unmoved and collide with the serving instance's copy of
+//! itself (EADDRINUSE), killing every leader instance at start. Our `--import` goes first among
+//! the `--import`s, which Node runs in order; but Node runs every `--require` before any
+//! `--import`, so the leader instance's `--require`s are taken out of `NODE_OPTIONS` and our
+//! module requires them itself, once its patch is in place, in their order and resolved as Node
+//! resolves `--require` (from the working directory).
 
 use base64_encode::encode;
 
@@ -31,6 +39,91 @@ pub const PRELOAD: &str = include_str!("port_map/preload.mjs");
 
 /// The variable carrying the table to the preload module (`FROM=TO,...`).
 pub const TABLE_VAR: &str = "PASSMOWER_ELECTOR_PORT_MAP";
+
+/// The variable carrying the `--require` modules taken out of `NODE_OPTIONS` (a JSON array of
+/// strings), which the preload module requires after its patch.
+pub const REQUIRE_VAR: &str = "PASSMOWER_ELECTOR_REQUIRE";
+
+/// The oldest Node.js with `--import`, per major version: 18.18 (backported), 19.0 and later.
+pub const MIN_NODE: &str = "18.18";
+
+/// Whether Node `version` (`node --version`: `v20.20.2`) has `--import`; `None` when the text
+/// is not a Node version.
+pub fn node_has_import(version: &str) -> Option<bool> {
+    let mut parts = version.trim().strip_prefix('v')?.split('.');
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    Some(major > 18 || (major == 18 && minor >= 18))
+}
+
+/// `NODE_OPTIONS` split as Node splits it: on spaces, with double quotes grouping and a
+/// backslash inside quotes escaping the next character. `None` for what Node refuses (an
+/// unterminated quote or escape).
+fn split_node_options(text: &str) -> Option<Vec<String>> {
+    let mut words: Vec<String> = Vec::new();
+    let (mut quoted, mut new_word) = (false, true);
+    let mut chars = text.chars();
+    while let Some(mut c) = chars.next() {
+        if c == '\\' && quoted {
+            c = chars.next()?;
+        } else if c == ' ' && !quoted {
+            new_word = true;
+            continue;
+        } else if c == '"' {
+            quoted = !quoted;
+            continue;
+        }
+        if new_word {
+            words.push(String::new());
+            new_word = false;
+        }
+        if let Some(w) = words.last_mut() {
+            w.push(c);
+        }
+    }
+    (!quoted).then_some(words)
+}
+
+/// Words back into `NODE_OPTIONS`, quoted where Node would split or unquote them.
+fn join_node_options(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            if w.is_empty() || w.contains([' ', '"', '\\']) {
+                let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+                format!("\"{escaped}\"")
+            } else {
+                w.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `NODE_OPTIONS` without its `--require X`, `--require=X`, `-r X` and `-r=X`, and the modules
+/// they named, in order. `None` when Node could not parse it either.
+fn take_requires(node_options: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let words = split_node_options(node_options)?;
+    let (mut kept, mut required) = (Vec::new(), Vec::new());
+    let mut words = words.into_iter();
+    while let Some(w) = words.next() {
+        if w == "--require" || w == "-r" {
+            // Node refuses a --require without its value; so does the instance, unchanged.
+            match words.next() {
+                Some(module) => required.push(module),
+                None => kept.push(w),
+            }
+        } else if let Some(module) = w
+            .strip_prefix("--require=")
+            .or_else(|| w.strip_prefix("-r="))
+        {
+            required.push(module.to_owned());
+        } else {
+            kept.push(w);
+        }
+    }
+    Some((kept, required))
+}
 
 /// Which listening port goes where in the leader instance.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -133,17 +226,29 @@ impl PortMap {
 
     /// The environment overrides that load the preload module into the leader instance:
     /// `NODE_OPTIONS` (the one the instance would get otherwise, `inherited`, with the import
-    /// appended) and the table.
-    pub fn env(&self, inherited: Option<&str>) -> [(String, String); 2] {
+    /// first and its `--require`s taken out), the table, and the `--require`d modules for the
+    /// preload to load after its patch (see the module doc).
+    pub fn env(&self, inherited: Option<&str>) -> Vec<(String, String)> {
         let import = format!("--import=data:text/javascript;base64,{}", encode(PRELOAD));
-        let node_options = match inherited.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(existing) => format!("{existing} {import}"),
-            None => import,
+        let existing = inherited.map(str::trim).filter(|s| !s.is_empty());
+        let (node_options, required) = match existing.map(|e| (e, take_requires(e))) {
+            None => (import, Vec::new()),
+            Some((_, Some((kept, required)))) => {
+                let words: Vec<String> = std::iter::once(import).chain(kept).collect();
+                (join_node_options(&words), required)
+            }
+            // Node refuses it anyway, and says why: leave it to say so.
+            Some((text, None)) => (format!("{import} {text}"), Vec::new()),
         };
-        [
+        let mut env = vec![
             ("NODE_OPTIONS".to_owned(), node_options),
             (TABLE_VAR.to_owned(), self.table()),
-        ]
+        ];
+        if !required.is_empty() {
+            let list = serde_json::Value::from(required).to_string();
+            env.push((REQUIRE_VAR.to_owned(), list));
+        }
+        env
     }
 }
 
@@ -230,16 +335,78 @@ mod tests {
     }
 
     #[test]
-    fn the_env_appends_the_import_to_node_options_and_carries_the_table() {
+    fn the_env_puts_the_import_first_in_node_options_and_carries_the_table() {
         let map = PortMap::new(vec![(Some(9090), 0), (None, 0)]).unwrap();
-        let [(k, fresh), (t, table)] = map.env(None);
+        let env = map.env(None);
+        let [(k, fresh), (t, table)] = &env[..] else {
+            panic!("{env:?}")
+        };
         assert_eq!(k, "NODE_OPTIONS");
         assert!(fresh.starts_with("--import=data:text/javascript;base64,"));
         assert!(!fresh.contains(' '), "NODE_OPTIONS splits on spaces");
         assert_eq!((t.as_str(), table.as_str()), (TABLE_VAR, "9090=0,*=0"));
-        let [(_, kept), _] = map.env(Some("--max-old-space-size=256 "));
-        assert_eq!(kept, format!("--max-old-space-size=256 {fresh}"));
-        let [(_, blank), _] = map.env(Some("  "));
-        assert_eq!(blank, fresh);
+        let kept = map.env(Some("--max-old-space-size=256 --import=./otel.mjs "));
+        assert_eq!(
+            kept[0].1,
+            format!("{fresh} --max-old-space-size=256 --import=./otel.mjs"),
+            "ours runs before the other --imports"
+        );
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert_eq!(map.env(Some("  "))[0].1, *fresh);
+    }
+
+    /// Node runs every --require before any --import: an agent loaded that way listened before
+    /// the patch, on the serving instance's port. Its --require moves into the preload.
+    #[test]
+    fn requires_move_out_of_node_options_into_the_preload_in_order() {
+        let map = PortMap::new(vec![(None, 0)]).unwrap();
+        let env = map.env(Some(
+            "--require ./a.js -r b --max-old-space-size=256 --require=@otel/register -r=d \
+             \"--title=a \\\"b\\\"\"",
+        ));
+        let import = &map.env(None)[0].1;
+        assert_eq!(
+            env[0].1,
+            format!("{import} --max-old-space-size=256 \"--title=a \\\"b\\\"\"")
+        );
+        assert_eq!(
+            env[2],
+            (
+                REQUIRE_VAR.to_owned(),
+                r#"["./a.js","b","@otel/register","d"]"#.to_owned()
+            )
+        );
+        // Quotes and escapes as Node reads them.
+        assert_eq!(
+            split_node_options(r#"--require "/opt/my agent/x.js" --a="b\"c""#),
+            Some(vec![
+                "--require".to_owned(),
+                "/opt/my agent/x.js".to_owned(),
+                r#"--a=b"c"#.to_owned()
+            ])
+        );
+        let words = split_node_options(r#"-r "/opt/my agent/x.js" "a\\b""#).unwrap();
+        assert_eq!(split_node_options(&join_node_options(&words)), Some(words));
+        // What Node cannot parse stays for Node to refuse, after the import.
+        let broken = map.env(Some("--require \"x"));
+        assert_eq!(broken[0].1, format!("{import} --require \"x"));
+        assert_eq!(broken.len(), 2);
+    }
+
+    #[test]
+    fn node_versions_with_import_are_told_from_older_ones() {
+        for (version, has) in [
+            ("v20.20.2\n", Some(true)),
+            ("v18.18.0", Some(true)),
+            ("v19.0.0", Some(true)),
+            ("v22.1.0", Some(true)),
+            ("v18.17.1", Some(false)),
+            ("v16.20.2", Some(false)),
+            ("v12.22.12", Some(false)),
+            ("20.1.0", None),
+            ("", None),
+        ] {
+            assert_eq!(node_has_import(version), has, "{version:?}");
+        }
     }
 }

@@ -105,11 +105,10 @@ impl Trust {
                 }
                 self.last_complaint = Some(now);
                 if e.is_permission_denied() {
+                    let cause = unreadable_cause(&self.path);
                     tracing::error!(error = %e, uid = self.owners[0],
-                        "cannot read the elector's token file, so no grant can be verified and the \
-                         app runs as follower only; fix: run the elector container as the app's UID \
-                         (inject does this when the app sets a non-root runAsUser), or the \
-                         supervisor as root with --elector-uid set to the elector's UID");
+                        "cannot read the elector's token file {}: {cause}; so no grant can be \
+                         verified and the app runs as follower only", self.path.display());
                 } else {
                     tracing::error!(error = %e,
                         "the elector's token file cannot be trusted; grants of an incarnation it \
@@ -164,6 +163,75 @@ impl Trust {
             None => ack.mac = None,
         }
     }
+}
+
+/// CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (capability numbers 1 and 2): either lets root read
+/// a file another user owns with mode 0600.
+const FILE_OVERRIDE_CAPS: u64 = (1 << 1) | (1 << 2);
+
+/// Why this process cannot read the token at `path`, with the fix: from its effective UID and
+/// capabilities (`/proc/self/status`) and the file's owner and mode.
+fn unreadable_cause(path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let (euid, cap_eff) = process_credentials(&status);
+    let euid = euid.unwrap_or_else(|| nix::unistd::geteuid().as_raw());
+    // lstat: the token is opened without following links, and the directory is readable.
+    let file = std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.uid(), m.mode() & 0o7777));
+    explain_unreadable(euid, cap_eff, file)
+}
+
+/// The effective UID (the second field of `Uid:`) and the effective capability set (`CapEff:`,
+/// hex) from the text of `/proc/self/status`.
+fn process_credentials(status: &str) -> (Option<u32>, Option<u64>) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let euid = field("Uid:")
+        .and_then(|v| v.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok());
+    let cap_eff = field("CapEff:").and_then(|v| u64::from_str_radix(v, 16).ok());
+    (euid, cap_eff)
+}
+
+/// The cause of an EACCES on the token, and its fix. `file`: the token's owner and mode.
+fn explain_unreadable(euid: u32, cap_eff: Option<u64>, file: Option<(u32, u32)>) -> String {
+    let Some((owner, mode)) = file else {
+        return format!("this process runs as uid {euid} and may not look it up in its directory");
+    };
+    let file = format!("owned by uid {owner}, mode {mode:04o}");
+    if owner == euid {
+        return format!(
+            "it is {file}, and this process runs as that uid but the mode gives it no read \
+             permission; the elector writes it 0600, so something else changed it"
+        );
+    }
+    if euid == 0 {
+        return match cap_eff {
+            Some(caps) if caps & FILE_OVERRIDE_CAPS == 0 => format!(
+                "it is {file}, and this process runs as uid 0 without CAP_DAC_OVERRIDE \
+                 (capabilities dropped), so root reads only its own 0600 files; fix: run the \
+                 elector container as uid 0 too (inject does this for a root app whose \
+                 capabilities drop DAC_OVERRIDE; keep its capabilities dropped), or give the app \
+                 container CAP_DAC_OVERRIDE back"
+            ),
+            _ => format!(
+                "it is {file}, and this process runs as uid 0 with CAP_DAC_OVERRIDE, so a security \
+                 module (SELinux, AppArmor) or the volume denies it; fix: run the elector \
+                 container as uid 0 too, so the token is the supervisor's own file"
+            ),
+        };
+    }
+    format!(
+        "it is {file}, and this process runs as uid {euid}; fix: run the elector container as the \
+         app's UID {euid} (inject does this when the app sets a non-root runAsUser), or the \
+         supervisor as root with --elector-uid set to the elector's UID"
+    )
 }
 
 #[cfg(test)]
@@ -256,6 +324,34 @@ mod tests {
         // Authentic but absurd: an expiry beyond the announced renew deadline.
         let far = signed(&k2, 2, 3, Duration::from_secs(60));
         assert!(matches!(trust.check(&far, now), Err(Refusal::Invalid(_))));
+    }
+
+    #[test]
+    fn an_unreadable_token_is_explained_by_the_processes_uid_and_capabilities() {
+        let status = "Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t0\t0\t0\t0\n\
+                      CapEff:\t00000000a80425f9\nCapBnd:\t000001ffffffffff\n";
+        assert_eq!(process_credentials(status), (Some(0), Some(0xa80425f9)));
+        assert_eq!(process_credentials(""), (None, None));
+
+        let dropped = explain_unreadable(0, Some(0), Some((65532, 0o600)));
+        assert!(
+            dropped.contains(
+                "owned by uid 65532, mode 0600, and this process runs as uid 0 without \
+                 CAP_DAC_OVERRIDE (capabilities dropped)"
+            ),
+            "{dropped}"
+        );
+        assert!(dropped.contains("fix: run the elector container as uid 0"));
+        // containerd's default set (with DAC_OVERRIDE): something else denies it.
+        let lsm = explain_unreadable(0, Some(0xa80425fb), Some((65532, 0o600)));
+        assert!(lsm.contains("with CAP_DAC_OVERRIDE"), "{lsm}");
+        let other = explain_unreadable(1000, Some(0), Some((65532, 0o600)));
+        assert!(
+            other.contains("runs as uid 1000; fix: run the elector container as the app's UID"),
+            "{other}"
+        );
+        let own = explain_unreadable(1000, Some(0), Some((1000, 0o000)));
+        assert!(own.contains("no read permission"), "{own}");
     }
 
     #[test]

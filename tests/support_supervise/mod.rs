@@ -302,6 +302,18 @@ impl Supervisor {
         Self::start_with(&copy, sb, flags, command, Some(uid))
     }
 
+    /// Like [`Supervisor::start`], run through `wrapper` (a command that execs its arguments,
+    /// like `setpriv --bounding-set=-all --`).
+    pub fn start_wrapped(sb: &Sandbox, wrapper: &[&str], flags: &[&str], command: &[&str]) -> Self {
+        Self::start_in(wrapper, BIN, sb, flags, command, None, &[])
+    }
+
+    /// Like [`Supervisor::start`], with `env` added to the supervisor's environment (the
+    /// container's, as both instances inherit it).
+    pub fn start_env(sb: &Sandbox, env: &[(&str, &str)], flags: &[&str], command: &[&str]) -> Self {
+        Self::start_in(&[], BIN, sb, flags, command, None, env)
+    }
+
     fn start_with(
         bin: &str,
         sb: &Sandbox,
@@ -309,11 +321,31 @@ impl Supervisor {
         command: &[&str],
         uid: Option<u32>,
     ) -> Self {
+        Self::start_in(&[], bin, sb, flags, command, uid, &[])
+    }
+
+    fn start_in(
+        wrapper: &[&str],
+        bin: &str,
+        sb: &Sandbox,
+        flags: &[&str],
+        command: &[&str],
+        uid: Option<u32>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let flag = sb.flag_file();
-        let mut cmd = Command::new(bin);
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(bin);
+                cmd
+            }
+            None => Command::new(bin),
+        };
         if let Some(uid) = uid {
             std::os::unix::process::CommandExt::uid(&mut cmd, uid);
         }
+        cmd.envs(env.iter().copied());
         cmd.arg("supervise")
             .arg("--flag-file")
             .arg(&flag)

@@ -7,7 +7,14 @@
 // mapped port on 127.0.0.1 instead (0: any free port). Unix sockets, handles and file
 // descriptors are left alone. The table is PASSMOWER_ELECTOR_PORT_MAP: FROM=TO,FROM=TO...
 // with FROM a port or "*" (every port, including listen() without one).
+//
+// Node runs every --require before any --import, so the supervisor takes the leader instance's
+// --require modules (an APM or OpenTelemetry agent that opens a port) out of NODE_OPTIONS and
+// passes them in PASSMOWER_ELECTOR_REQUIRE (a JSON array): they are required here, after the
+// patch, in their order, resolved from the working directory as Node resolves --require.
+import { createRequire } from 'node:module';
 import net from 'node:net';
+import path from 'node:path';
 
 const LOOPBACK = '127.0.0.1';
 const table = new Map();
@@ -63,3 +70,9 @@ net.Server.prototype.listen = function passmowerElectorListen(...args) {
   const rest = args.slice(1).filter((a) => a !== undefined && a !== null && typeof a !== 'string');
   return listen.call(this, to, LOOPBACK, ...rest);
 };
+
+const required = process.env.PASSMOWER_ELECTOR_REQUIRE;
+if (required) {
+  const load = createRequire(path.join(process.cwd(), '[passmower-elector preload]'));
+  for (const request of JSON.parse(required)) load(request);
+}
