@@ -798,7 +798,8 @@ async fn claim_client_lenient(client: &kube::Client, ns: &str, name: &str, by: &
 /// upstream's election does to its Lease (create, get, update).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_only_admits_the_pod_named_as_holder_of_passmowers_own_lease() {
-    use passmower_elector::inject::{inject, InjectOptions, PassmowerElection};
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use passmower_elector::inject::{fence, inject, InjectOptions, PassmowerElection};
     let cluster = Cluster::shared();
     install_crds(cluster).await;
     let admin = cluster.admin_client().await;
