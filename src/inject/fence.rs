@@ -5,7 +5,10 @@
 //! pod's containers use is bound to that pod, and the apiserver puts the pod's name and UID into
 //! the request's user info. The policy takes the Lease itself as its parameter and admits a
 //! write by Passmower's ServiceAccount to the objects its operators write only when the Lease's
-//! current holder starts with the requesting pod's `<name>_<uid>_`. This module is the one
+//! current holder starts with the requesting pod's `<name>_<uid>_`. With
+//! `--passmower-election=fence-only` the Lease is Passmower's own (2.4.0 and later), whose
+//! holder is the pod name (`POD_NAME`), and the policy admits when the holder equals the
+//! requesting pod's name ([`Holder::PodName`]). This module is the one
 //! statement of that policy: `inject` emits it, the chart's `templates/fence.yaml` must render
 //! the same spec (a test compares them), and the fence tests install it.
 
