@@ -230,6 +230,32 @@ pub fn disable_native_election(
     set_env(main, ENABLED_VAR, env_value(ENABLED_VAR, "false"));
 }
 
+/// Refuses the elector's Lease `lease` when it is the Lease Passmower's own election takes and
+/// that election is still on in `main` (after [`disable_native_election`]): both elections would
+/// write one Lease, each taking the other's holder for a live leader, and whichever instance
+/// upstream's takes it with (a follower's serving one, say) would keep it.
+pub fn check_lease_clash(main: &Mapping, lease: &str, container: &str) -> Result<(), String> {
+    if matches!(recognise(main), Recognition::Older(_)) {
+        return Ok(());
+    }
+    let off = env_entry(main, ENABLED_VAR)
+        .and_then(literal)
+        .is_some_and(|v| v == "false");
+    let native = env_entry(main, LEASE_VAR)
+        .and_then(literal)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_NATIVE_LEASE.to_owned());
+    if off || native != lease {
+        return Ok(());
+    }
+    Err(format!(
+        "the elector's Lease {lease} is the one Passmower's own election takes (container \
+         {container:?} may be a Passmower 2.4.0 or later, whose election is left on): both \
+         would write one Lease. Pass --passmower-election=ours (only the elector elects), or \
+         another --lease-name"
+    ))
+}
+
 fn env_value(name: &str, value: &str) -> Value {
     let mut entry = Mapping::new();
     entry.insert("name".into(), name.into());
@@ -499,6 +525,25 @@ mod tests {
         // Already false: nothing to say.
         let off = "{name: passmower, image: 'p:2.4.0', env: [{name: LEADER_ELECTION_ENABLED, value: 'false'}]}";
         assert_eq!(run(off, Auto), (vec!["false".to_owned()], vec![]));
+    }
+
+    #[test]
+    fn the_electors_lease_may_not_be_upstreams_while_upstreams_election_is_on() {
+        let digest = container("{name: passmower, image: 'p@sha256:00'}");
+        let err = check_lease_clash(&digest, DEFAULT_NATIVE_LEASE, "passmower").unwrap_err();
+        assert!(err.contains("--passmower-election=ours"), "{err}");
+        assert!(check_lease_clash(&digest, "passmower", "passmower").is_ok());
+        let older = container("{name: passmower, image: 'p:2.2.0'}");
+        assert!(check_lease_clash(&older, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
+        let off = container(
+            "{name: passmower, image: 'p:2.4.0', env: [{name: LEADER_ELECTION_ENABLED, value: 'false'}]}",
+        );
+        assert!(check_lease_clash(&off, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
+        let named = container(
+            "{name: passmower, image: 'p@sha256:00', env: [{name: LEADER_ELECTION_LEASE_NAME, value: ops}]}",
+        );
+        assert!(check_lease_clash(&named, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
+        assert!(check_lease_clash(&named, "ops", "passmower").is_err());
     }
 
     #[test]

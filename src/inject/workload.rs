@@ -404,6 +404,8 @@ pub fn rewrite_pod_spec(
         &opts.container,
         warnings,
     );
+    super::native_election::check_lease_clash(main, lease, &opts.container)
+        .map_err(|reason| site.error(reason))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
     let drain = add_drain(main, site, opts, warnings);
 
