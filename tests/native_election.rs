@@ -65,7 +65,7 @@ fn app() -> Option<PathBuf> {
     support::passmower::app_dir(
         "PME_PASSMOWER_APP_24",
         "Point it at a copy of ../shared/upstream/passmower-with-election after `npm install \
-         --omit=dev` (`scripts/build-passmower-app.sh ../shared/upstream/passmower-with-election`)",
+         --omit=dev` (`PME_UPSTREAM=../shared/upstream/passmower-with-election scripts/build-passmower-app.sh`)",
     )
 }
 
