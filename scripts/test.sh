@@ -28,6 +28,12 @@ if [[ -z "${PME_PASSMOWER_APP:-}" ]]; then
   PME_PASSMOWER_APP="$(scripts/build-passmower-app.sh | tail -n 1)"
 fi
 export PME_PASSMOWER_APP
+# Passmower 2.4 (its own leader election), for tests/native_election.rs.
+if [[ -z "${PME_PASSMOWER_APP_24:-}" ]]; then
+  PME_PASSMOWER_APP_24="$(PME_UPSTREAM="$PWD/../shared/upstream/passmower-with-election" \
+    scripts/build-passmower-app.sh | tail -n 1)"
+fi
+export PME_PASSMOWER_APP_24
 
 # `cargo test` compiles the examples but does not leave them at target/<profile>/examples/NAME,
 # where tests/consumer_example.rs runs the reference consumer from.

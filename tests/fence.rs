@@ -789,3 +789,170 @@ async fn claim_client_lenient(client: &kube::Client, ns: &str, name: &str, by: &
         Err(e) => Err((0, e.to_string())),
     }
 }
+
+/// `--passmower-election=fence-only`: Passmower 2.4's own election writes its pod name into
+/// Lease `passmower-operators` as the holder. The objects `inject` emits for it (the Role for
+/// that Lease and the fence keyed on it) are applied as they come; then a pod whose name is not
+/// the holder is refused its operator writes and the holder's pod is admitted, and the verdict
+/// follows the holder as upstream's election moves it. The Role lets a pod-bound token do what
+/// upstream's election does to its Lease (create, get, update).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_only_admits_the_pod_named_as_holder_of_passmowers_own_lease() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use passmower_elector::inject::{fence, inject, InjectOptions, PassmowerElection};
+    let cluster = Cluster::shared();
+    install_crds(cluster).await;
+    let admin = cluster.admin_client().await;
+    let lease_name = passmower_elector::inject::native_election::DEFAULT_NATIVE_LEASE;
+    let ns = cluster.new_namespace_with(lease_name, &[]).await;
+    grant_passmower_rights(&admin, &ns.name, SA).await;
+    let deployment = format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: passmower, namespace: {ns}}}
+spec:
+  selector: {{matchLabels: {{app: passmower}}}}
+  template:
+    metadata: {{labels: {{app: passmower}}}}
+    spec:
+      serviceAccountName: {SA}
+      containers:
+      - name: passmower
+        image: ghcr.io/passmower/passmower:2.4.0
+        env: [{{name: LEADER_ELECTION_ENABLED, value: 'true'}}]
+",
+        ns = ns.name
+    );
+    let opts = InjectOptions {
+        passmower_election: PassmowerElection::FenceOnly,
+        ..InjectOptions::new("registry.example.com/passmower-elector:test")
+    };
+    let injected = inject(&deployment, &opts).expect("inject --passmower-election=fence-only");
+    let kinds: Vec<&str> = injected
+        .added
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Role",
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    let mut applier = support::manifests::Applier::new(admin.clone());
+    for object in &injected.added {
+        let doc = serde_json::to_value(object).expect("json");
+        applier
+            .send(&doc, &ns.name, support::manifests::Mode::Create)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", support::manifests::describe(&doc)));
+    }
+    let policy = fence::fence_policy_name(&ns.name, SA);
+
+    let a = FakePod::create(cluster, &ns.name, "passmower-a", SA).await;
+    let b = FakePod::create(cluster, &ns.name, "passmower-b", SA).await;
+    create_client(&admin, &ns.name, "app").await;
+
+    // Upstream's election as pod A: create the Lease with its pod name as holder, read it,
+    // renew it (a PUT) — through the Role inject emitted (RBAC reaches the cache lazily).
+    let leases = Api::<Lease>::namespaced(a.client.clone(), &ns.name);
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(a.name.clone()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
+    };
+    let created = support::wait_until_async(
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || async { leases.create(&PostParams::default(), &lease).await.is_ok() },
+    )
+    .await;
+    assert!(
+        created,
+        "pod A could not create {lease_name} through the emitted Role"
+    );
+    let read = leases.get(lease_name).await.expect("pod A reads its Lease");
+    leases
+        .replace(lease_name, &PostParams::default(), &read)
+        .await
+        .expect("pod A renews (updates) its Lease");
+
+    // The holder is "passmower-a": A admitted, B refused naming the holder.
+    let active = until(false, Duration::from_secs(30), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("the fence-only fence never refused the non-holder within 30s");
+    println!("fence-only fence in force after {} ms", active.as_millis());
+    assert_admitted(
+        "the holder's status PUT",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+    );
+    for (i, v) in secret_writes(&a.client, &ns.name, "secret-a")
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_admitted(&format!("the holder's Secret write {i}"), v);
+    }
+    let mentions = [
+        "pod passmower-b does not hold Lease",
+        &format!("{}/{lease_name}", ns.name),
+        "(holder passmower-a)",
+    ];
+    assert_denied(
+        "the non-holder's status PUT",
+        &claim_client(&b.client, &ns.name, "app", "b").await,
+        &mentions,
+    );
+    assert_denied(
+        "the non-holder's Secret create",
+        &secret_writes(&b.client, &ns.name, "secret-b").await[0],
+        &mentions,
+    );
+    assert_denied(
+        "the non-holder's Pod create",
+        &create_pod(&b.client, &ns.name, "refresh-b").await,
+        &mentions,
+    );
+
+    // Upstream's stop(): the holder is cleared; nobody writes. Then B takes it.
+    set_holder(&admin, &ns, Some("")).await;
+    until(false, Duration::from_secs(5), || {
+        claim_client(&a.client, &ns.name, "app", "a")
+    })
+    .await
+    .expect("A still admitted 5s after the release");
+    set_holder(&admin, &ns, Some(&b.name)).await;
+    until(true, Duration::from_secs(5), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("B not admitted 5s after it became the holder");
+    assert_denied(
+        "the old holder's status PUT",
+        &claim_client(&a.client, &ns.name, "app", "a").await,
+        &[
+            "pod passmower-a does not hold Lease",
+            "(holder passmower-b)",
+        ],
+    );
+    // The elector's identity format does not name a pod for this fence.
+    set_holder(&admin, &ns, Some(&b.holder("1a2b3c4d"))).await;
+    until(false, Duration::from_secs(5), || {
+        claim_client(&b.client, &ns.name, "app", "b")
+    })
+    .await
+    .expect("B still admitted under an elector-style holder");
+
+    remove_fence(&admin, &policy).await;
+}

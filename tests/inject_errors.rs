@@ -555,3 +555,63 @@ fn what_the_named_kubernetes_version_cannot_serve_is_refused_naming_the_way_out(
     let stderr = refused(&["inject"], &input, &[("ELECTOR_KUBE_VERSION", "1.29")]);
     assert!(stderr.contains("--no-fence"), "{stderr}");
 }
+
+/// The webhook only rewrites pods and `fence-only` adds nothing to a pod: refused at start
+/// (exit 2, naming the flag and what to use instead); `auto` and `ours` pass this check (the
+/// next missing setting is what it names), and a value outside the three is clap's error.
+#[test]
+fn the_webhook_refuses_fence_only_and_takes_auto_and_ours() {
+    let image = format!("--image={IMAGE}");
+    let stderr = check_refused(run(
+        &["webhook", &image, "--passmower-election=fence-only"],
+        "",
+        &[],
+    ));
+    assert!(stderr.contains("--passmower-election"), "{stderr}");
+    assert!(
+        stderr.contains("inject --passmower-election=fence-only"),
+        "{stderr}"
+    );
+    for mode in ["auto", "ours"] {
+        let stderr = check_refused(run(
+            &["webhook", &image, &format!("--passmower-election={mode}")],
+            "",
+            &[],
+        ));
+        assert!(!stderr.contains("--passmower-election"), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("--webhook-configuration"),
+            "{mode}: {stderr}"
+        );
+    }
+    let out = run(&["inject", &image, "--passmower-election=theirs"], "", &[]);
+    assert_eq!(out.status, ExitStatus::Code(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--passmower-election"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("fence-only"), "{}", out.stderr);
+}
+
+/// The elector's Lease may not be the one Passmower's own election takes while that election
+/// is left on (an image of unknown version under `auto`): refused, naming the way out. With
+/// `ours` (upstream's election off) the same name is fine.
+#[test]
+fn the_electors_lease_may_not_be_passmowers_own_while_its_election_is_on() {
+    let input = golden("passmower.in.yaml").replace(
+        "docker.io/codemowers/passmower:2.2.0",
+        "ghcr.io/passmower/passmower@sha256:0123",
+    );
+    let clash = ["--namespace=auth", "--lease-name=passmower-operators"];
+    let stderr = check_refused(inject(&clash, &input, &[]));
+    assert!(stderr.contains("passmower-operators"), "{stderr}");
+    assert!(stderr.contains("--passmower-election=ours"), "{stderr}");
+    let out = inject(
+        &[clash[0], clash[1], "--passmower-election=ours"],
+        &input,
+        &[],
+    );
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    assert!(out.stdout.contains("LEADER_ELECTION_ENABLED"));
+}

@@ -372,3 +372,161 @@ fn retrofit_example_output_is_current() {
          (UPDATE_GOLDEN=1 regenerates it)"
     );
 }
+
+/// Passmower 2.4 as its own chart renders it (image 2.4.0, `LEADER_ELECTION_ENABLED: "true"`,
+/// `POD_NAME`): by default only the elector elects, so the app container gets
+/// `LEADER_ELECTION_ENABLED=false` in place of the chart's `"true"` (which both of the
+/// supervisor's instances inherit), with a warning in the manifest; upstream's Lease gets no
+/// RBAC. The 2.2 input gets no such variable (the older golden files are unchanged).
+#[test]
+fn passmower_2_4_gets_its_own_election_turned_off() {
+    let output = inject_ok(
+        &["inject", "--namespace", "auth"],
+        &golden("passmower-2.4.in.yaml"),
+    );
+    check_golden("passmower-2.4.out.yaml", &output);
+    let docs: Vec<&str> = output.split("\n---\n").collect();
+    let deployment = docs
+        .iter()
+        .find(|d| d.contains("kind: Deployment"))
+        .expect("the deployment");
+    assert!(
+        deployment.contains("- name: LEADER_ELECTION_ENABLED\n              value: 'false'\n")
+            || deployment.contains("- name: LEADER_ELECTION_ENABLED\n          value: 'false'\n"),
+        "{deployment}"
+    );
+    assert!(!deployment.contains("value: 'true'"), "{deployment}");
+    assert!(
+        output.contains("# passmower-elector: warning: Deployment/passmower: spec.template.spec.containers[passmower].env LEADER_ELECTION_ENABLED was \"true\""),
+        "{output}"
+    );
+    assert!(
+        !output.contains("passmower-operators"),
+        "no RBAC or fence for upstream's Lease"
+    );
+    assert!(output.contains("passmower-elector supervise") || deployment.contains("- supervise\n"));
+    let older = inject_ok(
+        &["inject", "--namespace", "auth"],
+        &golden("passmower.in.yaml"),
+    );
+    assert!(!older.contains("LEADER_ELECTION_ENABLED"));
+    // `ours` on the 2.2 input: the variable (ignored by 2.2) whatever the image.
+    let ours = inject_ok(
+        &["inject", "--namespace", "auth", "--passmower-election=ours"],
+        &golden("passmower.in.yaml"),
+    );
+    assert!(ours.contains("- name: LEADER_ELECTION_ENABLED"));
+}
+
+/// `--passmower-election=fence-only`: the workload keeps upstream's command and election (no
+/// elector, no supervisor); it gets POD_NAME if it lacks it, a Role for upstream's Lease, and
+/// the write fence keyed on `passmower-operators` with the pod name as holder.
+#[test]
+fn passmower_2_4_fence_only_keeps_its_election_and_gets_the_fence() {
+    let input = golden("passmower-2.4.in.yaml");
+    let output = inject_ok(
+        &[
+            "inject",
+            "--namespace",
+            "auth",
+            "--passmower-election=fence-only",
+        ],
+        &input,
+    );
+    check_golden("passmower-2.4-fence-only.out.yaml", &output);
+    assert!(!output.contains("passmower-elector-install"), "{output}");
+    assert!(!output.contains("supervise"), "{output}");
+    assert!(output.contains("value: 'true'") || output.contains("value: \"true\""));
+    assert!(output.contains("name: passmower-leader-election"));
+    assert!(output.contains("paramRef:\n    name: passmower-operators\n    namespace: auth\n"));
+    assert!(output.contains("variables.holder == variables.podName"));
+    assert!(!output.contains("kind: PodDisruptionBudget"));
+    // Idempotent.
+    let again = inject_ok(
+        &[
+            "inject",
+            "--namespace",
+            "auth",
+            "--passmower-election=fence-only",
+        ],
+        &output,
+    );
+    assert_eq!(again, output);
+    // POD_NAME is added when the manifest lacks it.
+    let without = input.replace(
+        "            - name: POD_NAME\n              valueFrom:\n                fieldRef:\n                  fieldPath: metadata.name\n",
+        "",
+    );
+    assert_ne!(without, input);
+    let added = inject_ok(
+        &[
+            "inject",
+            "--namespace",
+            "auth",
+            "--passmower-election=fence-only",
+        ],
+        &without,
+    );
+    assert!(added.contains("- name: POD_NAME\n"), "{added}");
+    assert!(added.contains("fieldPath: metadata.name"), "{added}");
+}
+
+/// Fence-only refuses what it cannot fence: a Passmower without its own election, the
+/// election turned off, the chart's workload-only output; and a workload injected in one mode
+/// is not re-injected in the other. Exit 2, naming the flag or field.
+#[test]
+fn fence_only_refuses_what_it_cannot_fence() {
+    let input = golden("passmower-2.4.in.yaml");
+    for (args, text, needle) in [
+        (
+            vec!["--passmower-election=fence-only"],
+            golden("passmower.in.yaml"),
+            "before 2.4.0",
+        ),
+        (
+            vec!["--passmower-election=fence-only"],
+            input.replace("value: \"true\"", "value: \"false\""),
+            "env LEADER_ELECTION_ENABLED is \"false\"",
+        ),
+        (
+            vec!["--passmower-election=fence-only", "--workload-only"],
+            input.clone(),
+            "--passmower-election",
+        ),
+        (
+            vec!["--passmower-election=fence-only", "--no-fence"],
+            input.clone(),
+            "--passmower-election",
+        ),
+        (
+            vec!["--passmower-election=fence-only", "--lease-name=passmower"],
+            input.clone(),
+            "--lease-name passmower",
+        ),
+        (
+            vec!["--passmower-election=fence-only"],
+            inject_ok(&["inject", "--namespace", "auth"], &input),
+            "was injected with the elector",
+        ),
+        (
+            vec![],
+            inject_ok(
+                &[
+                    "inject",
+                    "--namespace",
+                    "auth",
+                    "--passmower-election=fence-only",
+                ],
+                &input,
+            ),
+            "was injected with --passmower-election=fence-only",
+        ),
+    ] {
+        let mut all = vec!["--namespace", "auth"];
+        all.extend(args.iter().copied());
+        let out = inject(&all, &text, &[]);
+        assert_eq!(out.status, ExitStatus::Code(2), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    }
+}

@@ -5,7 +5,10 @@
 //! pod's containers use is bound to that pod, and the apiserver puts the pod's name and UID into
 //! the request's user info. The policy takes the Lease itself as its parameter and admits a
 //! write by Passmower's ServiceAccount to the objects its operators write only when the Lease's
-//! current holder starts with the requesting pod's `<name>_<uid>_`. This module is the one
+//! current holder starts with the requesting pod's `<name>_<uid>_`. With
+//! `--passmower-election=fence-only` the Lease is Passmower's own (2.4.0 and later), whose
+//! holder is the pod name (`POD_NAME`), and the policy admits when the holder equals the
+//! requesting pod's name ([`Holder::PodName`]). This module is the one
 //! statement of that policy: `inject` emits it, the chart's `templates/fence.yaml` must render
 //! the same spec (a test compares them), and the fence tests install it.
 
@@ -29,6 +32,18 @@ pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 /// What every denial's message starts with: grep for it in Passmower's logs or the audit log.
 pub const DENIAL_PREFIX: &str = "passmower-elector write fence";
+
+/// How the Lease's holder names the pod that may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Holder {
+    /// The elector's identity, `<pod-name>_<pod-uid>_<suffix>`: one pod incarnation.
+    #[default]
+    ElectorIdentity,
+    /// The pod's name, as Passmower's own election (2.4.0 and later, `POD_NAME`) writes it:
+    /// the fence of `--passmower-election=fence-only`. A name says less than a name and UID: a
+    /// pod recreated under the same name (a StatefulSet's) is the same holder.
+    PodName,
+}
 
 /// What one fence protects: whose writes, and which Lease names the writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,8 +111,29 @@ fn extra_expression(key: &str) -> String {
     )
 }
 
-/// The policy's spec for `target`'s ServiceAccount (the Lease comes from the binding).
+/// The policy's spec for `target`'s ServiceAccount (the Lease comes from the binding), for
+/// the elector's holder identity.
 pub fn fence_policy_spec(namespace: &str, service_account: &str) -> ValidatingAdmissionPolicySpec {
+    fence_policy_spec_for(namespace, service_account, Holder::ElectorIdentity)
+}
+
+/// The policy's spec for `target`'s ServiceAccount and a Lease whose holder is written as
+/// `holder` says.
+pub fn fence_policy_spec_for(
+    namespace: &str,
+    service_account: &str,
+    holder: Holder,
+) -> ValidatingAdmissionPolicySpec {
+    // Pod names are DNS subdomains and never contain '_', so the elector's prefix names exactly
+    // one pod incarnation; upstream's holder is the pod name itself. An empty holder
+    // (released) admits nobody.
+    let admits = match holder {
+        Holder::ElectorIdentity => {
+            "variables.podName != \"\" && variables.podUID != \"\" && \
+             variables.holder.startsWith(variables.podName + \"_\" + variables.podUID + \"_\")"
+        }
+        Holder::PodName => "variables.podName != \"\" && variables.holder == variables.podName",
+    };
     let user = format!("system:serviceaccount:{namespace}:{service_account}");
     ValidatingAdmissionPolicySpec {
         // A policy the apiserver cannot evaluate admits. The fence is a second line behind the
@@ -139,11 +175,7 @@ pub fn fence_policy_spec(namespace: &str, service_account: &str) -> ValidatingAd
             },
         ]),
         validations: Some(vec![Validation {
-            // Pod names are DNS subdomains and never contain '_', so the prefix names exactly
-            // one pod incarnation; an empty holder (released) admits nobody.
-            expression: "variables.podName != \"\" && variables.podUID != \"\" && \
-                         variables.holder.startsWith(variables.podName + \"_\" + variables.podUID + \"_\")"
-                .into(),
+            expression: admits.into(),
             message: Some(format!(
                 "{DENIAL_PREFIX}: only the pod that holds the Lease may write Passmower's \
                  operator objects"
@@ -191,6 +223,16 @@ pub fn fence_binding_spec(
 /// The ValidatingAdmissionPolicy and its binding, named `name`, for `target`. `generated_for`
 /// (`Kind/name` of the workload) goes into the annotation by which `inject` recognises them.
 pub fn write_fence(name: &str, target: &FenceTarget, generated_for: &str) -> Vec<Value> {
+    write_fence_for(name, target, generated_for, Holder::ElectorIdentity)
+}
+
+/// [`write_fence`] for a Lease whose holder is written as `holder` says.
+pub fn write_fence_for(
+    name: &str,
+    target: &FenceTarget,
+    generated_for: &str,
+    holder: Holder,
+) -> Vec<Value> {
     let meta = || ObjectMeta {
         name: Some(name.to_owned()),
         labels: Some(BTreeMap::from([
@@ -211,7 +253,11 @@ pub fn write_fence(name: &str, target: &FenceTarget, generated_for: &str) -> Vec
     };
     let policy = ValidatingAdmissionPolicy {
         metadata: meta(),
-        spec: Some(fence_policy_spec(target.namespace, target.service_account)),
+        spec: Some(fence_policy_spec_for(
+            target.namespace,
+            target.service_account,
+            holder,
+        )),
         status: None,
     };
     let binding = ValidatingAdmissionPolicyBinding {
@@ -289,6 +335,26 @@ mod tests {
         assert_eq!(
             binding["spec"]["policyName"].as_str(),
             policy["metadata"]["name"].as_str()
+        );
+    }
+
+    #[test]
+    fn the_fence_only_policy_compares_the_holder_with_the_pod_name() {
+        let spec = |holder| {
+            fence_policy_spec_for("auth", "passmower", holder)
+                .validations
+                .unwrap()[0]
+                .expression
+                .clone()
+        };
+        assert_eq!(
+            spec(Holder::PodName),
+            "variables.podName != \"\" && variables.holder == variables.podName"
+        );
+        assert!(spec(Holder::ElectorIdentity).contains("startsWith"));
+        assert_eq!(
+            fence_policy_spec("auth", "passmower"),
+            fence_policy_spec_for("auth", "passmower", Holder::ElectorIdentity)
         );
     }
 

@@ -11,6 +11,7 @@ pub mod fence;
 mod identity;
 mod kustomize;
 mod monitor;
+pub mod native_election;
 mod options;
 mod pod;
 mod rbac;
@@ -27,6 +28,7 @@ use serde_norway::{Mapping, Value};
 use crate::config::{self, ConfigError};
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
+pub use native_election::PassmowerElection;
 pub use options::{
     check_idle_namespace, image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command,
     AppOnChange, InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
@@ -238,7 +240,26 @@ impl Run<'_> {
             return Ok(Outcome::Unchanged);
         };
         let workload = target.describe();
+        let fence_only = opts.passmower_election == PassmowerElection::FenceOnly;
         let (outcome, info) = match &target.injected_by {
+            Some(_)
+                if (target.election_annotation.as_deref() == Some("fence-only")) != fence_only =>
+            {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: format!(
+                        "was injected {} and is asked for --passmower-election={}: inject the \
+                         original manifests (the chart's output) again",
+                        if fence_only {
+                            "with the elector"
+                        } else {
+                            "with --passmower-election=fence-only"
+                        },
+                        opts.passmower_election.as_str()
+                    ),
+                })
+            }
             Some(found) if compatible(found, VERSION) => (Outcome::Unchanged, target.info(opts)),
             Some(found) => {
                 return Err(InjectError::IncompatibleVersion {
@@ -251,7 +272,11 @@ impl Run<'_> {
             None => {
                 let mut rewritten = value.clone();
                 let mut notes = Vec::new();
-                let info = workload::rewrite(&mut rewritten, &target, opts, &mut notes)?;
+                let info = if fence_only {
+                    workload::rewrite_fence_only(&mut rewritten, &target, opts)?
+                } else {
+                    workload::rewrite(&mut rewritten, &target, opts, &mut notes)?
+                };
                 self.rewrites.push(Rewrite {
                     before: value.clone(),
                     after: rewritten.clone(),
@@ -269,7 +294,9 @@ impl Run<'_> {
         self.targets.push(workload.clone());
 
         let mut generated = Vec::new();
-        if !opts.workload_only {
+        if fence_only {
+            generated = rbac::native_lease_companions(&info);
+        } else if !opts.workload_only {
             let has_own_pdb = self
                 .existing_pdbs
                 .iter()
@@ -277,7 +304,10 @@ impl Run<'_> {
             generated = rbac::companions(&info, !has_own_pdb);
         }
         if !opts.workload_only && opts.fence {
-            if matches!(outcome, Outcome::Unchanged) && !elector_knows_its_pod_uid(value) {
+            if matches!(outcome, Outcome::Unchanged)
+                && !fence_only
+                && !elector_knows_its_pod_uid(value)
+            {
                 return Err(InjectError::Manifest {
                     document,
                     workload,
@@ -338,7 +368,12 @@ impl Run<'_> {
                     self.fences.insert(name.clone(), claim);
                 }
             }
-            for object in fence::write_fence(&name, &target, &generated_for) {
+            let holder = if fence_only {
+                fence::Holder::PodName
+            } else {
+                fence::Holder::ElectorIdentity
+            };
+            for object in fence::write_fence_for(&name, &target, &generated_for, holder) {
                 generated.push(rbac::Generated {
                     value: object,
                     notes: Vec::new(),
@@ -346,7 +381,7 @@ impl Run<'_> {
             }
         }
         // With --workload-only the chart installs the guard (its denyIdleNamespace).
-        if opts.deny_idle_namespace && !opts.workload_only {
+        if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
             let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
             for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
                 generated.push(rbac::Generated {

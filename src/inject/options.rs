@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
+use super::native_election::PassmowerElection;
 use super::workload::WorkloadKind;
 use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use crate::config::{self, ConfigError};
@@ -136,6 +137,22 @@ pub struct SidecarArgs {
     /// the reverse), else as UID 65532.
     #[arg(long, env = "ELECTOR_SIDECAR_SECURITY_CONTEXT", value_name = "JSON")]
     pub sidecar_security_context: Option<String>,
+    /// Who elects the pod that runs Passmower's operators, for Passmower 2.4.0 and later, which
+    /// elects a leader itself (Lease passmower-operators): `auto` (default) gives the target
+    /// container LEADER_ELECTION_ENABLED=false when it is recognised as electing itself (its
+    /// image tag is 2.4.0 or later, or a line of such versions like 2.4 or 3; or its env names
+    /// LEADER_ELECTION_ENABLED or LEADER_ELECTION_LEASE_NAME), so only the elector elects; a
+    /// digest or a tag such as `latest` is not recognised (a warning says so). `ours` does that
+    /// whatever the image. `fence-only` (inject only) keeps Passmower's own election and adds
+    /// no elector: the Lease RBAC it needs, POD_NAME from metadata.name, and the write fence
+    /// keyed on its Lease with the pod name as holder.
+    #[arg(
+        long,
+        env = "ELECTOR_PASSMOWER_ELECTION",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub passmower_election: PassmowerElection,
 }
 
 #[derive(Debug, clap::Args)]
@@ -253,6 +270,8 @@ pub struct InjectOptions {
     pub sidecar_resources: Option<ResourceRequirements>,
     /// Sidecar securityContext; `None` for the restricted profile (as the app's UID).
     pub sidecar_security_context: Option<SecurityContext>,
+    /// Which election decides who runs Passmower's operators (see `native_election`).
+    pub passmower_election: PassmowerElection,
 }
 
 impl InjectOptions {
@@ -295,6 +314,7 @@ impl InjectOptions {
             fence: true,
             sidecar_resources: None,
             sidecar_security_context: None,
+            passmower_election: PassmowerElection::Auto,
         }
     }
 }
@@ -332,6 +352,7 @@ impl SidecarArgs {
                 "--sidecar-security-context",
                 self.sidecar_security_context.as_deref(),
             )?,
+            passmower_election: self.passmower_election,
             ..InjectOptions::new(String::new())
         })
     }
@@ -625,6 +646,28 @@ impl InjectOptions {
                         KubeVersion::NATIVE_SIDECAR
                     ),
                 ));
+            }
+        }
+        if self.passmower_election == PassmowerElection::FenceOnly {
+            let refuse = |why: &str| {
+                Err(ConfigError::new(
+                    "--passmower-election",
+                    "fence-only",
+                    format!(
+                        "keeps Passmower's own election and adds only its Lease RBAC and the \
+                         write fence keyed on its Lease, {why}; use --passmower-election=auto"
+                    ),
+                ))
+            };
+            if self.workload_only {
+                return refuse(
+                    "which --workload-only leaves out (the passmower-elector chart's fence \
+                     follows the elector's Lease and would refuse every write of upstream's \
+                     leader)",
+                );
+            }
+            if !self.fence {
+                return refuse("so with --no-fence nothing would be added");
             }
         }
         // The rules `elect` enforces at start, so no injected pod is refused there: the old

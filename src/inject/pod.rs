@@ -184,6 +184,36 @@ spec:
         );
     }
 
+    /// The webhook shares the pod rewrite: a Passmower 2.4 pod gets its own election turned
+    /// off, a 2.2 one nothing (unless `ours`).
+    #[test]
+    fn a_passmower_2_4_pod_gets_leader_election_enabled_false() {
+        let enabled = |pod: &Value| -> Vec<String> {
+            pod["spec"]["containers"][0]["env"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["name"].as_str() == Some("LEADER_ELECTION_ENABLED"))
+                .filter_map(|e| e["value"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let injected = |text: &str, opts: &InjectOptions| {
+            let value = parse_stream(text).unwrap()[0].value.clone();
+            match inject_pod(&value, "pm", opts).unwrap() {
+                PodOutcome::Injected { pod, .. } => pod,
+                PodOutcome::Unchanged(why) => panic!("not injected: {why}"),
+            }
+        };
+        let new = POD.replace("passmower:2.2.0", "ghcr.io/passmower/passmower:2.4.0");
+        assert_eq!(enabled(&injected(&new, &opts())), ["false"]);
+        assert!(enabled(&injected(POD, &opts())).is_empty());
+        let ours = InjectOptions {
+            passmower_election: crate::inject::PassmowerElection::Ours,
+            ..opts()
+        };
+        assert_eq!(enabled(&injected(POD, &ours)), ["false"]);
+    }
+
     #[test]
     fn injecting_twice_changes_nothing() {
         let PodOutcome::Injected { pod, .. } = inject_pod(&pod(), "pm", &opts()).unwrap() else {

@@ -158,6 +158,60 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
     ]
 }
 
+/// What Passmower's own election (2.4.0 and later) needs on its Lease `lease_name`, as
+/// upstream's 2.4 chart grants it (`get`, `create`, `update` on Leases), narrowed by name where
+/// RBAC can: it reads with get and renews, takes over and releases with update (a PUT); a
+/// create carries no name RBAC could match.
+pub fn native_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: strings(&["coordination.k8s.io"]),
+            resources: strings(&["leases"]),
+            resource_names: Some(vec![lease_name.to_owned()]),
+            verbs: vec!["get".into(), "update".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: strings(&["coordination.k8s.io"]),
+            resources: strings(&["leases"]),
+            verbs: vec!["create".into()],
+            ..Default::default()
+        },
+    ]
+}
+
+/// The Role and RoleBinding of `--passmower-election=fence-only`: Passmower's own election on
+/// `info.lease`. Added whatever the stream grants already (RBAC only adds up): without them its
+/// election meets a 403 and runs the operators in every pod.
+pub fn native_lease_companions(info: &WorkloadInfo) -> Vec<Generated> {
+    let role_name = format!("{}-leader-election", info.name);
+    let role = Role {
+        metadata: metadata(info, role_name.clone()),
+        rules: Some(native_lease_rules(&info.lease)),
+    };
+    let binding = RoleBinding {
+        metadata: metadata(info, role_name.clone()),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: role_name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: info.service_account.clone(),
+            namespace: info.namespace.clone(),
+            ..Default::default()
+        }]),
+    };
+    [to_value(&role), to_value(&binding)]
+        .into_iter()
+        .map(|value| Generated {
+            value,
+            notes: Vec::new(),
+        })
+        .collect()
+}
+
 /// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
 pub fn companions(info: &WorkloadInfo, with_pdb: bool) -> Vec<Generated> {
     let role_name = format!("{}-elector", info.name);

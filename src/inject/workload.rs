@@ -84,6 +84,8 @@ pub struct Target {
     /// The version in our marker annotation when already injected.
     pub injected_by: Option<String>,
     lease_annotation: Option<String>,
+    /// The `--passmower-election` mode an earlier `inject` wrote (only `fence-only` is).
+    pub election_annotation: Option<String>,
     service_account: String,
     selector: Value,
     pub replicas: Option<u64>,
@@ -166,6 +168,7 @@ impl Target {
             namespace,
             injected_by: annotation(INJECTED_ANNOTATION),
             lease_annotation: annotation(LEASE_ANNOTATION),
+            election_annotation: annotation(super::native_election::MODE_ANNOTATION),
             service_account: str_at(value, &["spec", "template", "spec", "serviceAccountName"])
                 .or_else(|| str_at(value, &["spec", "template", "spec", "serviceAccount"]))
                 .filter(|s| !s.is_empty())
@@ -288,6 +291,43 @@ pub fn rewrite(
     Ok(info)
 }
 
+/// Rewrites `root` for `--passmower-election=fence-only`: no elector, no supervisor; the target
+/// container keeps its command and Passmower's own election, and gets `POD_NAME` (its holder
+/// identity) when it lacks it. The workload is annotated with upstream's Lease and the mode.
+pub fn rewrite_fence_only(
+    root: &mut Value,
+    target: &Target,
+    opts: &InjectOptions,
+) -> Result<WorkloadInfo, InjectError> {
+    let mut info = target.info(opts);
+    let containers = child_mapping(root, &["spec", "template", "spec"])
+        .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?
+        .get_mut("containers")
+        .and_then(Value::as_sequence_mut)
+        .ok_or_else(|| target.error("spec.template.spec.containers is not a list"))?;
+    let main = containers
+        .iter_mut()
+        .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(|| target.error(format!("container {:?} is not a mapping", opts.container)))?;
+    info.lease = super::native_election::prepare_fence_only(
+        main,
+        opts.lease_name.as_deref(),
+        "spec.template.spec",
+        &opts.container,
+    )
+    .map_err(|reason| target.error(reason))?;
+    let annotations = child_mapping(root, &["metadata", "annotations"])
+        .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
+    annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
+    annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    annotations.insert(
+        super::native_election::MODE_ANNOTATION.into(),
+        super::PassmowerElection::FenceOnly.as_str().into(),
+    );
+    Ok(info)
+}
+
 /// The one pod rewrite both front doors share: wraps the target container with `supervise`,
 /// adds the elector sidecar for `lease`, the `copy-self` initContainer and the shared volumes,
 /// and lengthens the termination grace period by the kill grace and the Lease release.
@@ -356,6 +396,16 @@ pub fn rewrite_pod_spec(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
+    super::native_election::disable_native_election(
+        main,
+        opts.passmower_election,
+        &site.workload,
+        path,
+        &opts.container,
+        warnings,
+    );
+    super::native_election::check_lease_clash(main, lease, &opts.container)
+        .map_err(|reason| site.error(reason))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
     let drain = add_drain(main, site, opts, warnings);
 

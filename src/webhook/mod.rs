@@ -167,6 +167,18 @@ impl WebhookArgs {
             deny_idle_namespace: self.deny_idle_namespace,
             ..self.sidecar.options()?
         };
+        if inject.passmower_election == crate::inject::PassmowerElection::FenceOnly {
+            // The webhook only rewrites pods; fence-only adds nothing to a pod but the objects
+            // beside it (the Lease RBAC and a fence keyed on upstream's Lease), which `inject`
+            // emits.
+            return Err(ConfigError::new(
+                "--passmower-election",
+                "fence-only",
+                "adds no container to the pod, only objects beside it, which the webhook does \
+                 not make: leave the namespace unlabelled and install them with `passmower-elector \
+                 inject --passmower-election=fence-only`; the webhook takes auto or ours",
+            ));
+        }
         inject.validate()?;
         let certs = match (self.tls_cert_file, self.tls_key_file) {
             (Some(cert), Some(key)) => CertSource::Files {

@@ -34,7 +34,12 @@ pub fn upstream_dir() -> PathBuf {
 /// Creates Passmower's CRDs from the upstream chart (a no-op when they exist) and waits until
 /// the OIDCClient kind is served.
 pub async fn install_crds(cluster: &Cluster) {
-    let path = upstream_dir().join("charts/passmower/templates/crds.yaml");
+    install_crds_of(cluster, &upstream_dir()).await;
+}
+
+/// [`install_crds`] from the chart of the upstream tree `tree` (another generation).
+pub async fn install_crds_of(cluster: &Cluster, tree: &std::path::Path) {
+    let path = tree.join("charts/passmower/templates/crds.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (set PME_UPSTREAM to the upstream Passmower checkout)",

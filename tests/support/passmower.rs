@@ -6,25 +6,31 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The npm-installed copy of upstream Passmower 1.3.0 (`src/` and `node_modules/`) that the
-/// real-Passmower test runs, from `PME_PASSMOWER_APP` (scripts/test.sh sets it); none: that
-/// test says so and checks nothing, except under CI, where it fails.
+/// real-Passmower test runs, from `PME_PASSMOWER_APP` (scripts/test.sh sets it).
 pub fn passmower_app() -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("PME_PASSMOWER_APP").map(PathBuf::from) else {
+    app_dir(
+        "PME_PASSMOWER_APP",
+        "Point it at a copy of ../shared/upstream/passmower after `npm install --omit=dev` (drop \
+         @codemowers/oidc-key-manager from package.json first, see that README)",
+    )
+}
+
+/// The npm-installed copy of an upstream Passmower tree named by the environment variable
+/// `var` (scripts/test.sh sets them); none: the test says so (how to make one: `hint`) and
+/// checks nothing, except under CI, where it fails.
+pub fn app_dir(var: &str, hint: &str) -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os(var).map(PathBuf::from) else {
         // scripts/test.sh always sets it: in CI a skip here would be a test that cannot fail.
         assert!(
             std::env::var_os("CI").is_none(),
-            "PME_PASSMOWER_APP is not set under CI: run the tests through scripts/test.sh"
+            "{var} is not set under CI: run the tests through scripts/test.sh"
         );
-        eprintln!(
-            "PME_PASSMOWER_APP is not set: real Passmower is NOT run. Point it at a copy of \
-             ../shared/upstream/passmower after `npm install --omit=dev` (drop \
-             @codemowers/oidc-key-manager from package.json first, see that README)"
-        );
+        eprintln!("{var} is not set: real Passmower is NOT run. {hint}");
         return None;
     };
     assert!(
         dir.join("src/app.js").is_file() && dir.join("node_modules/micromatch").is_dir(),
-        "PME_PASSMOWER_APP {} holds no npm-installed Passmower",
+        "{var} {} holds no npm-installed Passmower",
         dir.display()
     );
     Some(dir)

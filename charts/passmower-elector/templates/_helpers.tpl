@@ -97,6 +97,7 @@ the shell: only what differs from inject's own defaults, which match this chart'
 {{- if ne (int .Values.probePort) 8081 }}{{ $args = append $args (printf "--probe-port=%d" (int .Values.probePort)) }}{{ end -}}
 {{- if ne (int .Values.togglePort) 8082 }}{{ $args = append $args (printf "--toggle-port=%d" (int .Values.togglePort)) }}{{ end -}}
 {{- if .Values.classicSidecar }}{{ $args = append $args "--classic-sidecar" }}{{ end -}}
+{{- if ne .Values.passmowerElection "auto" }}{{ $args = append $args (printf "--passmower-election=%s" .Values.passmowerElection) }}{{ end -}}
 {{- if .Values.resources }}{{ $args = append $args (printf "--sidecar-resources=%s" (toJson .Values.resources)) }}{{ end -}}
 {{- if .Values.securityContext }}{{ $args = append $args (printf "--sidecar-security-context=%s" (toJson .Values.securityContext)) }}{{ end -}}
 {{- range $args }} \
