@@ -10,7 +10,9 @@
 //! modes of `--passmower-election`:
 //! - `ours`: `LEADER_ELECTION_ENABLED=false` in the app container's env (the supervisor passes
 //!   it to both instances), so only the elector elects. Upstream's Lease is left alone.
-//! - `auto` (default): `ours` for a container recognised as electing itself, else nothing.
+//! - `auto` (default): `ours` unless the container is recognised as older than 2.4.0. A
+//!   Passmower before 2.4.0 ignores the variable, so setting it for an image of unknown version
+//!   costs nothing, while leaving it out beside a 2.4 image would let a whole tenure go dark.
 //! - `fence-only`: upstream's election is kept and no elector is added; `inject` adds the
 //!   Lease RBAC upstream's election needs, `POD_NAME` from `metadata.name`, and the write
 //!   fence keyed on upstream's Lease with the pod name as holder.
@@ -20,7 +22,7 @@
 //! or its image tag is a version, or a version line (`2.4`, `3`), of which every version is
 //! 2.4.0 or later (`2.4.0`, `v2.4.1`, `2.5.0-rc.1`). A tag of which every version is older
 //! (`2.2.0`, `1`) does not; a digest, `latest`, a line that spans both (`2`) or a pre-release
-//! of 2.4.0 is unknown, which `auto` treats as not electing (with a warning).
+//! of 2.4.0 is unknown, which `auto` treats as electing.
 
 use serde_norway::{Mapping, Value};
 
@@ -188,8 +190,8 @@ pub fn recognise(container: &Mapping) -> Recognition {
 
 /// `ours` for the target container `main` (of `workload`, at `path`): sets
 /// `LEADER_ELECTION_ENABLED=false` when the mode and the rule say so. An explicit other value
-/// (upstream's 2.4 chart renders `"true"` by default) is replaced, with a warning. `auto` for a
-/// container of unknown version warns how to be sure.
+/// (upstream's 2.4 chart renders `"true"` by default) is replaced, with a warning. `auto` sets it
+/// for a container of unknown version too: an older Passmower ignores it.
 pub fn disable_native_election(
     main: &mut Mapping,
     mode: PassmowerElection,
@@ -200,16 +202,9 @@ pub fn disable_native_election(
 ) {
     let recognition = recognise(main);
     match (mode, &recognition) {
-        (PassmowerElection::Ours, _) | (_, Recognition::ElectsItself(_)) => {}
-        (_, Recognition::Unknown(why)) => {
-            warnings.push(format!(
-                "{workload}: container {container:?}: {why}, so it is not known whether this \
-                 Passmower elects a leader itself (2.4.0 and later do): if it does, pass \
-                 --passmower-election=ours, or its own election runs beside the elector's and a \
-                 follower's serving instance can take the operators' Lease"
-            ));
-            return;
-        }
+        (PassmowerElection::Ours, _)
+        | (_, Recognition::ElectsItself(_))
+        | (_, Recognition::Unknown(_)) => {}
         (_, Recognition::Older(_)) => return,
     }
     let existing = env_entry(main, ENABLED_VAR).cloned();
@@ -483,12 +478,8 @@ mod tests {
         let digest = "{name: passmower, image: 'p@sha256:00'}";
         assert_eq!(run(new, Auto), (vec!["false".to_owned()], vec![]));
         assert_eq!(run(old, Auto), (vec![], vec![]));
-        let (env, warnings) = run(digest, Auto);
-        assert!(env.is_empty());
-        assert!(
-            warnings[0].contains("--passmower-election=ours"),
-            "{warnings:?}"
-        );
+        // Unknown (a digest): set, since a Passmower before 2.4.0 ignores it.
+        assert_eq!(run(digest, Auto), (vec!["false".to_owned()], vec![]));
         for image in [new, old, digest] {
             assert_eq!(run(image, Ours), (vec!["false".to_owned()], vec![]));
         }
