@@ -530,6 +530,10 @@ exec node --no-warnings src/app.js"#;
         .env("DEPLOYMENT_NAME", "passmower")
         .env("PORT", port.to_string())
         .env("NAMESPACE_SELECTOR", selector)
+        // What the later generations need (1.3.0 reads neither): outbound email off, and 2.4's
+        // own leader election off, as in every instance under our election.
+        .env("OUTBOUND_EMAIL_ENABLED", "false")
+        .env("LEADER_ELECTION_ENABLED", "false")
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(log).expect("log"))
         .stderr(std::fs::File::create(log.with_extension("err")).expect("log"));
