@@ -22,7 +22,9 @@
 # - No frontend/ or styles/ bundles: the public source has none; the OIDC endpoints and the
 #   operators do not need them.
 # The upstream source is read from PME_UPSTREAM (default: ../shared/upstream/passmower beside
-# the repository) and never copied into the repository.
+# the repository) and never copied into the repository. Any generation under ../shared/upstream/
+# builds: 1.3.0 (passmower/), the 2.2 era (passmower-before-election/), 2.4
+# (passmower-with-election/); each gets its own archive, keyed by its package files and src/.
 #
 # Everything is cached under $PME_CACHE/node-images, each step keyed by what it is made of:
 # the root filesystem by suite and variant, node_modules by the package.json copy, the lock file
@@ -126,15 +128,21 @@ pkg = json.load(open(sys.argv[1]))
 pkg.get("dependencies", {}).pop("@codemowers/oidc-key-manager", None)
 json.dump(pkg, open(sys.argv[2], "w"), indent=2)
 PY
-cp "$UPSTREAM/package-lock.json" "$work/pkg/package-lock.json"
+# A tree without a lock file (the reconstructed 2.2-era tree has none) is installed from its
+# package.json ranges, and npm writes the lock file the image gets.
+lock=()
+if [[ -f "$UPSTREAM/package-lock.json" ]]; then
+  cp "$UPSTREAM/package-lock.json" "$work/pkg/package-lock.json"
+  lock=("$work/pkg/package-lock.json")
+fi
 node_key="$(sha256sum "$NODE_BIN" | sha)"
-modules_key="$(cat "$work/pkg/package.json" "$work/pkg/package-lock.json" <(echo "$node_key") | sha)"
+modules_key="$(cat "$work/pkg/package.json" "${lock[@]}" <(echo "$node_key") | sha)"
 modules="$CACHE/passmower-modules-$modules_key"
 if [[ ! -f "$modules/.complete" ]]; then
   log "npm install --omit=dev (Passmower's dependencies, a minute or two)"
   rm -rf "$modules" "$modules.tmp"
   mkdir -p "$modules.tmp"
-  cp "$work/pkg/package.json" "$work/pkg/package-lock.json" "$modules.tmp/"
+  cp "$work/pkg/package.json" "${lock[@]}" "$modules.tmp/"
   (cd "$modules.tmp" && npm install --omit=dev --no-audit --no-fund --loglevel=error >&2)
   touch "$modules.tmp/.complete"
   mv "$modules.tmp" "$modules"
@@ -165,6 +173,7 @@ out="$CACHE/set-$(echo "$pause_key $pm_key" | sha)"
 mkdir -p "$out"
 ln -sfn "$pause_tar" "$out/pause.tar"
 ln -sfn "$pm_tar" "$out/passmower.tar"
-printf 'PAUSE_REF=%s\nPASSMOWER_REF=%s\n' "$pause_ref" "$pm_ref" >"$out/images.env"
+printf 'PAUSE_REF=%s\nPASSMOWER_REF=%s\nPASSMOWER_UPSTREAM=%s\n' "$pause_ref" "$pm_ref" \
+  "$(cd "$UPSTREAM" && pwd -P)" >"$out/images.env"
 log "images: $pause_ref $pm_ref"
 echo "$out"

@@ -445,10 +445,12 @@ async fn real_passmower_with_the_idle_selector_writes_nothing_beside_near_misses
     drop(follower);
     let requests = cluster.requests_since(offset);
     let mine: Vec<_> = requests.iter().filter(|r| r.user == user).collect();
-    let idle_watch = format!("/apis/codemowers.cloud/v1beta1/namespaces/{DEFAULT_IDLE_NAMESPACE}/");
+    // Any served version: 1.3.0 watches v1beta1, the later trees v1.
+    let idle_watch = format!("/namespaces/{DEFAULT_IDLE_NAMESPACE}/");
     assert!(
-        mine.iter()
-            .any(|r| r.verb == "watch" && r.uri.starts_with(&idle_watch)),
+        mine.iter().any(|r| r.verb == "watch"
+            && r.uri.starts_with("/apis/codemowers.cloud/")
+            && r.uri.contains(&idle_watch)),
         "the follower never watched under the idle namespace: {mine:?}"
     );
     let writes: Vec<_> = mine

@@ -128,7 +128,12 @@ pub fn start_passmower(
         kubeconfig,
         api,
         redis_port,
-        &[("NAMESPACE_SELECTOR", selector)],
+        // 2.4's own leader election off, as in every instance under our election (1.3.0 and
+        // the 2.2 era ignore it).
+        &[
+            ("NAMESPACE_SELECTOR", selector),
+            ("LEADER_ELECTION_ENABLED", "false"),
+        ],
         &[],
         log,
     )
@@ -180,6 +185,8 @@ exec "$@" node --no-warnings src/app.js"#;
     .env("OIDC_JWKS", jwks)
     .env("OIDC_COOKIE_KEYS", cookies)
     .env("DEPLOYMENT_NAME", "passmower")
+    // The later generations need outbound email configured or off (1.3.0 ignores it).
+    .env("OUTBOUND_EMAIL_ENABLED", "false")
     .env("PORT", port.to_string())
     .envs(env.iter().copied())
     .stdin(std::process::Stdio::null())

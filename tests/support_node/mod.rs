@@ -365,12 +365,15 @@ pub fn report(line: &str) {
     }
 }
 
-/// `../shared/upstream/passmower` beside the repository, or `PME_UPSTREAM`.
+/// The upstream tree of the generation under test (`PME_PASSMOWER_GENERATION`, see
+/// [`passmower::Generation`]) in `../shared/upstream/` beside the repository, or `PME_UPSTREAM`.
 pub fn upstream_dir() -> PathBuf {
     std::env::var_os("PME_UPSTREAM")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream/passmower")
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/upstream")
+                .join(passmower::Generation::from_env().folder())
         })
 }
 
@@ -383,6 +386,21 @@ fn read_images(dir: &Path) -> Result<Images, String> {
             .map(str::to_owned)
             .ok_or_else(|| format!("{key} missing in {}/images.env", dir.display()))
     };
+    // An image set names the tree it was built from: the chart and env the tests use must be
+    // that tree's (a 2.4 image installed with the 1.3.0 chart would test neither).
+    if let Ok(built_from) = get("PASSMOWER_UPSTREAM") {
+        let want = fs::canonicalize(upstream_dir()).unwrap_or_else(|_| upstream_dir());
+        if Path::new(&built_from) != want {
+            return Err(format!(
+                "{}/images.env was built from {built_from}, but the tests use {} \
+                 (PME_PASSMOWER_GENERATION={}): build the images with PME_UPSTREAM set to \
+                 the same tree (scripts/real-pods.sh does)",
+                dir.display(),
+                want.display(),
+                passmower::Generation::from_env().name()
+            ));
+        }
+    }
     Ok(Images {
         pause_ref: get("PAUSE_REF")?,
         passmower_ref: get("PASSMOWER_REF")?,

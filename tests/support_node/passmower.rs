@@ -49,10 +49,114 @@ pub const ELECTOR_CONTAINER: &str = "passmower-elector";
 /// A public-suffix domain: Passmower refuses a private one at import.
 pub const HOST: &str = "passmower.example.com";
 
+/// The Passmower generation under test, from `PME_PASSMOWER_GENERATION` (default `1.3`); each
+/// is a tree in `../shared/upstream/` (see its README). What a generation needs besides the
+/// 1.3.0 install lives here: its chart's value names and the environment its app requires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generation {
+    /// Release 1.3.0 (`passmower/`).
+    V1_3,
+    /// The 2.2/2.3 era, no leader election of its own (`passmower-before-election/`).
+    V2_2,
+    /// 2.4.0, upstream's own leader election (`passmower-with-election/`).
+    V2_4,
+}
+
+impl Generation {
+    pub const ALL: [Generation; 3] = [Generation::V1_3, Generation::V2_2, Generation::V2_4];
+
+    /// `PME_PASSMOWER_GENERATION`: `1.3`, `2.2` or `2.4` (unset: `1.3`). Panics naming the
+    /// variable and the allowed values on anything else.
+    pub fn from_env() -> Generation {
+        let v = std::env::var("PME_PASSMOWER_GENERATION").unwrap_or_default();
+        Generation::parse(v.trim()).unwrap_or_else(|| {
+            panic!("PME_PASSMOWER_GENERATION={v:?}: allowed values are 1.3, 2.2 and 2.4")
+        })
+    }
+
+    pub fn parse(s: &str) -> Option<Generation> {
+        match s {
+            "" | "1.3" => Some(Generation::V1_3),
+            "2.2" => Some(Generation::V2_2),
+            "2.4" => Some(Generation::V2_4),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Generation::V1_3 => "1.3",
+            Generation::V2_2 => "2.2",
+            Generation::V2_4 => "2.4",
+        }
+    }
+
+    /// The tree's folder under `../shared/upstream/`.
+    pub fn folder(self) -> &'static str {
+        match self {
+            Generation::V1_3 => "passmower",
+            Generation::V2_2 => "passmower-before-election",
+            Generation::V2_4 => "passmower-with-election",
+        }
+    }
+
+    /// The chart's values for the namespace selector, email and GitHub login: 1.3.0's chart
+    /// spells them in snake case, the later chart in camel case.
+    fn chart_sets(self, ns: &str) -> Vec<String> {
+        let names: [&str; 5] = match self {
+            Generation::V1_3 => [
+                "namespace_selector",
+                "email_enabled",
+                "github_enabled",
+                "email_credentials_secretRef",
+                "github_client_secretRef",
+            ],
+            Generation::V2_2 | Generation::V2_4 => [
+                "namespaceSelector",
+                "emailEnabled",
+                "githubEnabled",
+                "emailCredentialsSecretRef",
+                "githubClientSecretRef",
+            ],
+        };
+        vec![
+            // Operators only for this install's namespace: the leader's selector.
+            format!("passmower.{}={ns}", names[0]),
+            format!("passmower.{}=false", names[1]),
+            format!("passmower.{}=false", names[2]),
+            format!("passmower.{}=", names[3]),
+            format!("passmower.{}=", names[4]),
+        ]
+    }
+
+    /// What the app container's environment needs besides what the chart sets (name, value;
+    /// a value `fieldRef:<path>` is taken from the downward API). `ISSUER_URL` on a public
+    /// suffix ([`HOST`]), `OIDC_JWKS` and `OIDC_COOKIE_KEYS` (the `oidc-keys` Secret) every
+    /// generation gets already.
+    pub fn required_env(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Generation::V1_3 => vec![],
+            // The newer trees refuse to boot without outbound email configured or turned off.
+            Generation::V2_2 => vec![("OUTBOUND_EMAIL_ENABLED", "false")],
+            Generation::V2_4 => vec![
+                ("OUTBOUND_EMAIL_ENABLED", "false"),
+                // One election, ours: 2.4's own would otherwise run in every instance and
+                // start the operators in whichever one holds its Lease (issue 16). Set here,
+                // in the test's manifest, until inject sets it for a Passmower that elects
+                // itself.
+                ("LEADER_ELECTION_ENABLED", "false"),
+                // As upstream's 2.4 chart passes it (the holder identity of its election).
+                ("POD_NAME", "fieldRef:metadata.name"),
+            ],
+        }
+    }
+}
+
 /// One installed release.
 #[derive(Clone, Debug)]
 pub struct Install {
     pub namespace: String,
+    pub generation: Generation,
     pub replicas: i32,
     pub timings: Timings,
     /// What the post-renderer produced (helm's manifest), for the record.
@@ -89,7 +193,21 @@ impl Install {
         redis_db: u32,
         retrofit: Retrofit,
     ) -> Install {
+        Self::install_with_env(node, ns, replicas, redis_db, retrofit, &[]).await
+    }
+
+    /// [`Install::install_into`], the app container given `extra_env` (name, value) besides
+    /// what the generation requires.
+    pub async fn install_with_env(
+        node: &Node,
+        ns: &str,
+        replicas: i32,
+        redis_db: u32,
+        retrofit: Retrofit,
+        extra_env: &[(&str, &str)],
+    ) -> Install {
         let ns = ns.to_owned();
+        let generation = Generation::from_env();
         let (sidecar, _) = node.sidecar_image();
         let image = node.passmower_image();
         let client = node.admin_client().await;
@@ -99,15 +217,9 @@ impl Install {
         fs::create_dir_all(&dir).expect("mkdir helm dir");
         let (repository, tag) = image.rsplit_once(':').expect("image has a tag");
         let chart = super::upstream_dir().join("charts/passmower");
-        let sets = [
+        let mut sets = vec![
             format!("replicaCount={replicas}"),
             format!("passmower.host={HOST}"),
-            // Operators only for this install's namespace: the leader's selector.
-            format!("passmower.namespace_selector={ns}"),
-            "passmower.email_enabled=false".into(),
-            "passmower.github_enabled=false".into(),
-            "passmower.email_credentials_secretRef=".into(),
-            "passmower.github_client_secretRef=".into(),
             // No cluster DNS here: Redis (beside the node) by address, through the chart's
             // external-Redis option.
             "redis.internal.enabled=false".into(),
@@ -118,6 +230,9 @@ impl Install {
             format!("image.tag={tag}"),
             "image.pullPolicy=Never".into(),
         ];
+        sets.extend(generation.chart_sets(&ns));
+        let mut env: Vec<(&str, &str)> = generation.required_env();
+        env.extend_from_slice(extra_env);
         let mut helm = helm(node, &dir);
         helm.args(["install", RELEASE])
             .arg(&chart)
@@ -125,9 +240,10 @@ impl Install {
             // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
             // npm registry (see build-node-images.sh); the oidc-keys Secret is made above.
             .arg("--no-hooks");
-        if retrofit == Retrofit::PostRenderer {
+        let inject = (retrofit == Retrofit::PostRenderer).then_some((sidecar.as_str(), TIMINGS));
+        if inject.is_some() || !env.is_empty() {
             helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, &sidecar, &ns, TIMINGS));
+                .arg(post_renderer(&dir, inject, &ns, &env));
         }
         for s in &sets {
             helm.arg("--set").arg(s);
@@ -147,6 +263,7 @@ impl Install {
         };
         let install = Install {
             namespace: ns,
+            generation,
             replicas,
             timings: TIMINGS,
             manifest,
@@ -413,29 +530,73 @@ fn random_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The post-renderer: a wrapper that runs this build's `passmower-elector inject` with the
-/// test image and timings (helm 3 passes no arguments of its own to a post-renderer).
-/// `--namespace`: helm gives a post-renderer no namespace, and the write fence inject adds
-/// names the ServiceAccount's and the Lease's.
-fn post_renderer(dir: &Path, sidecar_image: &str, namespace: &str, t: Timings) -> PathBuf {
+/// The post-renderer: a wrapper that adds `env` to Passmower's container (the chart has no
+/// value for extra variables; a user would patch them in the same way) and then runs this
+/// build's `passmower-elector inject` with the test image and timings, when `inject` is given
+/// (helm 3 passes no arguments of its own to a post-renderer). `--namespace`: helm gives a
+/// post-renderer no namespace, and the write fence inject adds names the ServiceAccount's and
+/// the Lease's.
+fn post_renderer(
+    dir: &Path,
+    inject: Option<(&str, Timings)>,
+    namespace: &str,
+    env: &[(&str, &str)],
+) -> PathBuf {
     let path = dir.join("inject-post-renderer.sh");
     let bin = env!("CARGO_BIN_EXE_passmower-elector");
     let d = |d: Duration| format!("{}ms", d.as_millis());
-    fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\nexec {bin} inject --image {sidecar_image} --namespace {namespace} \
-             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"\n",
+    let mut script = String::from("#!/bin/sh\nset -e\n");
+    let mut stages = Vec::new();
+    if !env.is_empty() {
+        let add = dir.join("add-env.py");
+        let list: Vec<serde_json::Value> = env
+            .iter()
+            .map(|(k, v)| match v.strip_prefix("fieldRef:") {
+                Some(field) => {
+                    serde_json::json!({"name": k, "valueFrom": {"fieldRef": {"fieldPath": field}}})
+                }
+                None => serde_json::json!({"name": k, "value": v}),
+            })
+            .collect();
+        fs::write(
+            &add,
+            ADD_ENV_PY.replace("@ENV@", &serde_json::Value::Array(list).to_string()),
+        )
+        .expect("write add-env.py");
+        stages.push(format!("python3 {}", add.display()));
+    }
+    if let Some((sidecar_image, t)) = inject {
+        stages.push(format!(
+            "{bin} inject --image {sidecar_image} --namespace {namespace} \
+             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"",
             d(t.lease_duration),
             d(t.renew_deadline),
             d(t.retry_period),
             d(t.kill_grace),
-        ),
-    )
-    .expect("write post-renderer");
+        ));
+    }
+    script.push_str(&stages.join(" | "));
+    script.push('\n');
+    fs::write(&path, script).expect("write post-renderer");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod post-renderer");
     path
 }
+
+/// Adds (or replaces) environment variables in the `passmower` container of every
+/// Deployment read from stdin; `@ENV@` is a JSON list of Kubernetes EnvVar objects.
+const ADD_ENV_PY: &str = r#"import json, sys, yaml
+add = json.loads('@ENV@')
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d is not None]
+for d in docs:
+    if d.get("kind") != "Deployment":
+        continue
+    for c in d["spec"]["template"]["spec"].get("containers", []):
+        if c.get("name") != "passmower":
+            continue
+        names = {e["name"] for e in add}
+        c["env"] = [e for e in c.get("env", []) if e["name"] not in names] + add
+yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+"#;
 
 /// Helm 3 from `PME_HELM3` (as .ci/run sets it) or `PME_HELM`, else `scripts/build-helm.sh`
 /// (cached by version).

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Renders docs/results/write-inventory.md and docs/results/compatibility.md from the JSON
+records tests/write_inventory.rs writes (one per generation; scripts/write-inventory.sh runs
+both). Usage: render-inventory.py RUNS_DIR UPSTREAM_DIR OUT_DIR. The classification of each
+write (operator work, request-driven, boot, elector) and the knob that would stop it are
+below, read from the upstream source; the counts and which writes happened come from the run.
+"""
+import hashlib
+import json
+import os
+import re
+import sys
+
+runs, upstream, out = sys.argv[1:4]
+
+GENERATIONS = [
+    ("1.3", "passmower", "release 1.3.0"),
+    ("2.2", "passmower-before-election", "2.2/2.3 era (no election of its own)"),
+    ("2.4", "passmower-with-election", "2.4.0 (elects itself, Lease `passmower-operators`)"),
+]
+
+
+def identity(folder):
+    """The 1.3.0 commit from the upstream README; the PROVENANCE.tsv digest otherwise."""
+    path = os.path.join(upstream, folder)
+    prov = os.path.join(path, "PROVENANCE.tsv")
+    if os.path.exists(prov):
+        digest = hashlib.sha256(open(prov, "rb").read()).hexdigest()[:16]
+        rows = sum(1 for l in open(prov) if l.strip() and not l.startswith(("path\t", "#")))
+        return (f"reconstructed: develop@6ac3a30e with {rows} files replaced, "
+                f"`PROVENANCE.tsv` sha256 {digest}")
+    readme = open(os.path.join(upstream, "README.md")).read()
+    m = re.search(r"`%s/`.*?commit ([0-9a-f]{40})" % re.escape(folder), readme)
+    return f"commit {m.group(1)}" if m else "unknown"
+
+
+# (source, op regex, target regex) -> (class, what makes it, knob that stops it, cost)
+RULES = [
+    ("apiserver", r".*", r"coordination.k8s.io/leases",
+     "elector", "our elector's Lease (the fence allows the holder only)", "-", "-"),
+    ("apiserver", r".*", r"(core|events.k8s.io)/events",
+     "elector", "our elector's Events", "-", "-"),
+    ("apiserver", r".*", r"codemowers.cloud/oidcusers/status",
+     "operator work", "activity flush (OIDCUser recentApplications) or the user operator",
+     "`ACTIVITY_TRACKING_ENABLED=false`",
+     "sign-ins this pod served never reach the OIDCUser's status"),
+    ("apiserver", r".*", r"codemowers.cloud/oidc(middleware)?clients/status",
+     "operator work", "activity flush (lastUsedAt, the Active condition)",
+     "`ACTIVITY_TRACKING_ENABLED=false`",
+     "this pod's sign-ins never reach the client's lastUsedAt"),
+    ("apiserver", r".*", r"codemowers.cloud/scim.*",
+     "operator work", "SCIM connection operator", "none in this tree", "-"),
+    ("apiserver", r"(create|update|patch)", r"codemowers.cloud/oidcusers",
+     "request-driven", "the login path writes users (KubeOIDCUserService)", "-", "-"),
+    ("apiserver", r".*", r"(core/secrets|core/pods|batch/jobs|codemowers.cloud/.*)",
+     "operator work", "an operator", "the selector (idle namespace)", "-"),
+    ("redis", r".*", r"oidc:(Client:passmower|Clients)$",
+     "boot", "the built-in `passmower` client: every replica writes it at boot, each with a "
+     "random `client_secret` of its own, which the implicit-flow self client never uses",
+     "none (upstream does it with or without an election)", "-"),
+    ("redis", r"SADD", r"oidc:Clients:.*",
+     "boot", "the built-in client's entry in the client set, with the record above",
+     "none", "-"),
+    ("redis", r"(DEL|UNLINK|SREM)", r"oidc:(Client:.*|Clients:.*)$",
+     "operator work", "ClientRedisReconciler sweep (every pod, at boot and every 5 min)",
+     "`RECONCILE_INTERVAL_MS=0`", "none while the leader's operator instance sweeps"),
+    ("redis", r".*", r"oidc:Client:.*",
+     "operator work", "the client operator's Redis record", "the selector (idle namespace)", "-"),
+    ("redis", r".*", r"oidc:OIDCUserEventHookState:.*",
+     "operator work", "the user-event-hook operator's first-run seeding (2.4 tree): every "
+     "instance runs it before its watch, whatever its selector, until the marker "
+     "`__initialized__` exists; it lists the OIDCUsers of the pod's namespace",
+     "none in the tree (no variable); only 2.4's own election keeps a serving instance "
+     "from running it",
+     "none seen: it is written once per Redis, and what a follower seeds is what the "
+     "leader would (the same list, by pod namespace, and the same generations)"),
+    ("redis", r".*", r"oidc:HealthCheck:.*",
+     "request-driven", "the liveness probe (`/health` on port 9090) writes and expires a key",
+     "-", "-"),
+    ("redis", r".*",
+     r"oidc:(Interaction|Session|Grant|AuthorizationCode|AccessToken|RefreshToken|"
+     r"ReplayDetection|PushedAuthorizationRequest|uid|grant|sessionUid|ClientCredentials|"
+     r"DeviceCode|BackchannelAuthenticationRequest|RegistrationAccessToken):.*",
+     "request-driven", "oidc-provider state of an HTTP request (login, tokens)", "-", "-"),
+]
+
+
+SOURCE_NOTES = {
+    "1.3": "the operators are the only writers besides the HTTP side, and all of them watch "
+           "through `NAMESPACE_SELECTOR`; there is no activity tracker.",
+    "2.2": "the activity tracker flushes from every instance, but only clients its own client "
+           "operator registered (none on a follower: that operator watches the idle namespace) "
+           "and sign-ins its HTTP side recorded (this tree's HTTP side records none). An image "
+           "whose login path calls `activityTracker.record()` would make a follower write "
+           "`oidcusers/status` and `oidcclients/status` for sign-ins it served: "
+           "`ACTIVITY_TRACKING_ENABLED=false` stops it, and those sign-ins then never reach "
+           "the status (the flush merges by newest timestamp, so keeping it per pod is the "
+           "alternative). This tree's user-event-hook operator keeps its state in memory and "
+           "watches through the selector (no seeding); the SCIM operator and the user "
+           "operator's email-uniqueness pass run only on events of their filtered watches; "
+           "`ClientRedisReconciler` runs on every instance (at boot and every 5 min, "
+           "`RECONCILE_INTERVAL_MS=0` stops it) but skips records outside its selector, so "
+           "on a follower it can delete only set members whose record is already gone.",
+    "2.4": "with `LEADER_ELECTION_ENABLED=false` every instance runs all the reconcilers "
+           "(`startReconcilers`), so everything said for 2.2 holds, plus the event-hook "
+           "seeding above; the activity tracker starts in every instance whatever the "
+           "election.",
+}
+
+
+def classify(row):
+    for source, op, target, *rest in RULES:
+        if row["source"] == source and re.fullmatch(op, row["op"].split()[0], re.I) \
+                and re.fullmatch(target, row["target"]):
+            return rest
+    return ["unclassified", "not in the rules of scripts/render-inventory.py", "-", "-"]
+
+
+def load(gen):
+    path = os.path.join(runs, f"inventory-{gen}.json")
+    if os.path.exists(path):
+        return json.load(open(path)), None
+    failed = os.path.join(runs, f"failed-{gen}.txt")
+    if os.path.exists(failed):
+        return None, open(failed).read().strip()
+    return None, None
+
+
+date, machine, rev = (os.environ.get(k, "unknown") for k in ("INV_DATE", "INV_MACHINE", "INV_REV"))
+header = (f"Generated by `scripts/write-inventory.sh` (tests/write_inventory.rs on real pods: "
+          f"kubelet + containerd, kube-apiserver 1.37, Redis 7) on {date}, passmower-elector "
+          f"{rev}, {machine}. Do not edit by hand.\n")
+
+inv = ["# Follower write inventory, per Passmower generation", "", header,
+       "Each generation: 3 replicas retrofitted by `inject` (helm post-renderer), "
+       "`ACTIVITY_FLUSH_INTERVAL_SECONDS=5`, an OIDCClient and an OIDCUser in the namespace, a "
+       "rollout restart so every pod boots with them present, then on every pod three rounds of "
+       "discovery, the authorization request (a login starts) and the login page it redirects "
+       "to, and a minute of quiet. A write is a follower's when its pod (by source address in "
+       "the audit log, by client address in Redis `MONITOR`) did not hold the Lease at that "
+       "instant. No sign-in is completed: the trees' logins need e-mail, GitHub or another "
+       "upstream identity provider, none of which is here, and the reconstructed newer trees "
+       "record no sign-in activity anyway (../shared/upstream/README.md).", "",
+       "Classes: **operator work** must come only from the leader; **request-driven** any pod "
+       "may make while serving; **boot** is a record every replica writes when it starts; **elector** is "
+       "ours, not Passmower's.", ""]
+compat = ["# Passmower generations under passmower-elector", "", header,
+          "| generation | tree | supported | mode by default | a user must set | what the run showed |",
+          "|---|---|---|---|---|---|"]
+
+for gen, folder, what in GENERATIONS:
+    data, failure = load(gen)
+    inv += [f"## {gen}: {what}", "", f"Source: `../shared/upstream/{folder}/`, {identity(folder)}.", ""]
+    if data is None:
+        reason = failure or "not run"
+        inv += ["**Not inventoried**:", "", "```", reason, "```", ""]
+        compat.append(f"| {gen} | `{folder}` | not shown | - | - | {reason.splitlines()[0]} |")
+        continue
+    env = data["required_env"]
+    inv.append("App environment the test adds besides the chart: "
+               + ", ".join(f"`{e}`" for e in env + data["extra_env"]) + ".")
+    inv.append("")
+    http = "; ".join(f"{h['pod']}: discovery {h['discovery']}, /auth {h['authorize']}"
+                     f" (to `{(h.get('authorize_location') or '-').split('?')[0]}`), "
+                     f"login page {h['login_page']}" for h in data["http"])
+    inv += [f"HTTP on every pod (first round): {http}.", "",
+            f"Observed {data['observed_seconds']:.0f} s, {data['tenures']} tenure(s); the "
+            f"OIDCClient was reconciled and no operator write came from a non-leader "
+            f"(tests/support_node/single_writer.rs).", ""]
+    follower = [r for r in data["writes"] if r["role"] == "follower"]
+    inv += ["### Follower writes", "",
+            "| source | write | target | count | class | made by | knob that stops it | cost |",
+            "|---|---|---|---|---|---|---|---|"]
+    op_work = []
+    for r in follower:
+        cls, who, knob, cost = classify(r)
+        if cls == "operator work":
+            op_work.append(f"{r['op']} {r['target']}")
+        inv.append(f"| {r['source']} | {r['op']} | `{r['target']}` | {r['count']} | {cls} | "
+                   f"{who} | {knob} | {cost} |")
+    if not follower:
+        inv.append("| - | none | - | 0 | - | - | - | - |")
+    inv.append("")
+    leader = [r for r in data["writes"] if r["role"] == "leader"]
+    inv += ["### The leader's pod, for contrast", "",
+            ", ".join(f"{r['source']} {r['op']} `{r['target']}` ×{r['count']}" for r in leader)
+            or "none", ""]
+    inv += [f"From the source, not seen in the run: {SOURCE_NOTES[gen]}", ""]
+    inv += ["Operator-work writes by followers: "
+            + ("**" + "; ".join(op_work) + "**" if op_work else "**none**") + ".", ""]
+    mode = "ours (inject's election; the app's operators idle on followers)"
+    must = ", ".join(f"`{e}`" for e in env if not e.startswith("POD_NAME")) or "nothing"
+    if gen == "2.4":
+        mode += "; 2.4's own election off"
+        must += " (`LEADER_ELECTION_ENABLED=false` is set by the test's manifest until inject sets it)"
+    shown = ("installed, 3 Ready, client reconciled by the leader only, "
+             + (f"{len(op_work)} kind(s) of operator-work write from followers" if op_work
+                else "no operator-work write from followers"))
+    compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {shown} |")
+
+compat += ["", "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "
+           "domain and the `oidc-keys` Secret (`OIDC_JWKS`, `OIDC_COOKIE_KEYS`). The sources of "
+           "the newer generations are reconstructed (docs/results/write-inventory.md names their "
+           "provenance), so this table says what those trees do, not every published image."]
+open(os.path.join(out, "write-inventory.md"), "w").write("\n".join(inv).rstrip() + "\n")
+open(os.path.join(out, "compatibility.md"), "w").write("\n".join(compat).rstrip() + "\n")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Generates docs/results/write-inventory.md (every write a follower makes, per Passmower
+# generation) and docs/results/compatibility.md (which generations run under passmower-elector,
+# in which mode, and what a user sets), from what tests/write_inventory.rs saw on real pods:
+# for each generation in PME_PASSMOWER_GENERATIONS (default "1.3 2.2 2.4") it builds that tree's
+# images (cached), runs the test on a one-node Kubernetes of its own, and keeps its JSON record;
+# a generation whose images do not build or whose test fails is written down as such, with the
+# failure's last lines.
+#
+#   flock /tmp/real-pods.lock scripts/write-inventory.sh      # about 4 minutes per generation
+#   PME_PASSMOWER_GENERATIONS=2.2 scripts/write-inventory.sh  # one generation (others: as before)
+#
+# Needs what scripts/real-pods.sh needs (root, containerd, redis-server, ...).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+last() { "$@" | tail -n 1; }
+export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(last scripts/build-test-cluster.sh)}"
+export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
+export PME_HELM3="${PME_HELM3:-$(last scripts/build-helm.sh)}"
+target="${CARGO_TARGET_DIR:-target}"
+runs="$target/write-inventory"
+mkdir -p "$runs" docs/results
+export PME_REAL_PODS_REPORT="$runs/report.txt"
+
+read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
+[[ ${#generations[@]} -eq 1 ]] && IFS=, read -r -a generations <<<"${generations[0]}"
+for gen in "${generations[@]}"; do
+  case "$gen" in
+    1.3) tree=passmower ;;
+    2.2) tree=passmower-before-election ;;
+    2.4) tree=passmower-with-election ;;
+    *) echo "write-inventory.sh: PME_PASSMOWER_GENERATIONS: unknown generation '$gen' (allowed: 1.3 2.2 2.4)" >&2; exit 2 ;;
+  esac
+  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$PWD/../shared/upstream/$tree"
+  rm -f "$runs/inventory-$gen.json" "$runs/failed-$gen.txt"
+  t0=$SECONDS
+  if ! PME_NODE_IMAGES="$(last scripts/build-node-images.sh 2>"$runs/images-$gen.log")"; then
+    { echo "the images did not build (scripts/build-node-images.sh):"; tail -n 15 "$runs/images-$gen.log"; } >"$runs/failed-$gen.txt"
+    continue
+  fi
+  export PME_NODE_IMAGES
+  if ! PME_INVENTORY_OUT="$PWD/$runs/inventory-$gen.json" \
+    cargo test --locked --features real-pods --test write_inventory -- --ignored --nocapture \
+    >"$runs/test-$gen.log" 2>&1; then
+    { echo "tests/write_inventory.rs failed:"; grep -E "panicked|assert|Error|error" "$runs/test-$gen.log" | tail -n 15; } >"$runs/failed-$gen.txt"
+    rm -f "$runs/inventory-$gen.json"
+  fi
+  echo "$gen: $((SECONDS - t0)) s" | tee -a "$runs/durations.txt"
+done
+
+export INV_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
+export INV_MACHINE="$(uname -srm), $(nproc) cores, Node.js $(node --version)"
+export INV_REV="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+python3 scripts/render-inventory.py "$runs" ../shared/upstream docs/results
+echo "wrote docs/results/write-inventory.md and docs/results/compatibility.md"
