@@ -140,11 +140,10 @@ impl Generation {
             Generation::V2_2 => vec![("OUTBOUND_EMAIL_ENABLED", "false")],
             Generation::V2_4 => vec![
                 ("OUTBOUND_EMAIL_ENABLED", "false"),
-                // One election, ours: 2.4's own would otherwise run in every instance and
-                // start the operators in whichever one holds its Lease (issue 16). Set here,
-                // in the test's manifest, until inject sets it for a Passmower that elects
-                // itself.
-                ("LEADER_ELECTION_ENABLED", "false"),
+                // As upstream's 2.4 chart renders it by default (this tree's chart predates
+                // it): inject must turn it off, or 2.4's own election runs in every instance
+                // and starts the operators in whichever one holds its Lease.
+                ("LEADER_ELECTION_ENABLED", "true"),
                 // As upstream's 2.4 chart passes it (the holder identity of its election).
                 ("POD_NAME", "fieldRef:metadata.name"),
             ],
