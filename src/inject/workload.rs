@@ -601,15 +601,21 @@ fn wrap_main_container(
 /// `supervise`'s mode-change flags. Passmower (by default) keeps one instance serving and runs
 /// its operators in a second one while leader; every listener of that one goes to a free
 /// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
-/// port it opens.
+/// port it opens. Passmower's container also gets `--converge-oidc-clients`: its client
+/// operator skips a client already in Redis, so a Secret create the write fence refused at a
+/// takeover would otherwise stay missing until the OIDCClient changes.
 fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
-    match opts.app_on_change() {
+    let mut flags = match opts.app_on_change() {
         super::AppOnChange::LeaderInstance => vec![
             "--on-change=leader-instance".to_owned(),
             "--leader-port-map=*=0".to_owned(),
         ],
         super::AppOnChange::Restart => Vec::new(),
+    };
+    if opts.container == super::DEFAULT_CONTAINER {
+        flags.push("--converge-oidc-clients".to_owned());
     }
+    flags
 }
 
 /// Works out the leader's NAMESPACE_SELECTOR and removes the variable from the container's
