@@ -155,12 +155,18 @@ enum Fault {
     /// follower get the lowest `pod-deletion-cost`), then back to the install's replicas once
     /// the OIDCClient created meanwhile is reconciled.
     ScaleDown,
+    /// `kubectl delete pod <leader>`, then 3 s later a follower: that follower is in its
+    /// `preStop` drain (its app still answers) when the leader hands over, ~5 s after its own
+    /// deletion. A rollout does the same when it deletes the leader's pod while an older one
+    /// drains.
+    DrainingSuccessor,
 }
 
 impl Fault {
-    const ALL: [Fault; 7] = [
+    const ALL: [Fault; 8] = [
         Fault::RolloutRestart,
         Fault::ScaleDown,
+        Fault::DrainingSuccessor,
         Fault::DeleteLeader,
         Fault::ElectorCrash,
         Fault::AppCrash,
@@ -177,6 +183,7 @@ impl Fault {
             Fault::PodFreeze => "pod-freeze",
             Fault::ApiserverRestart => "apiserver-restart",
             Fault::ScaleDown => "scale-down",
+            Fault::DrainingSuccessor => "draining-successor",
         }
     }
 }
@@ -394,6 +401,28 @@ async fn inject(
             report(&format!(
                 "scale-down: {leader_name} (leader) and {doomed} removed, {} stays",
                 followers.first().map_or("-", String::as_str)
+            ));
+        }
+        Fault::DrainingSuccessor => {
+            let doomed = install
+                .pods(&client)
+                .await
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .rfind(|n| *n != leader_name)
+                .expect("a follower");
+            t_fault = now_us();
+            for (pod, pause) in [(&leader_name, 3), (&doomed, 0)] {
+                let out = node
+                    .kubectl()
+                    .args(["delete", "pod", pod, "-n", &ns, "--wait=false"])
+                    .output()
+                    .expect("run kubectl");
+                assert!(out.status.success(), "kubectl delete pod: {out:?}");
+                tokio::time::sleep(Duration::from_secs(pause)).await;
+            }
+            report(&format!(
+                "draining-successor: {leader_name} (leader) deleted, {doomed} 3 s later"
             ));
         }
         Fault::DeleteLeader => {
