@@ -1097,3 +1097,124 @@ async fn annotating_the_lease_does_not_postpone_the_takeover() {
     assert_eq!(pods.grant(a).expect("grant").epoch, 4);
     pods.finish();
 }
+
+/// Creates Pod `name` in the namespace as admin (no kubelet runs it: it only has to exist for
+/// its elector to watch), with a finalizer when `keep`, so that deleting it leaves it
+/// terminating (deletionTimestamp set) until the finalizer is removed.
+async fn create_pod_object(pods: &Pods, name: &str, keep: bool) {
+    let finalizers: Vec<&str> = if keep { vec![KEEP_FINALIZER] } else { vec![] };
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {
+            "serviceAccountName": "passmower",
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "passmower", "image": "example.invalid/passmower:1"}],
+        },
+    }))
+    .expect("pod");
+    pod_objects(pods)
+        .await
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+}
+
+const KEEP_FINALIZER: &str = "passmower-elector.test/keep";
+
+async fn pod_objects(pods: &Pods) -> Api<k8s_openapi::api::core::v1::Pod> {
+    Api::namespaced(Cluster::shared().admin_client().await, &pods.ns.name)
+}
+
+/// Removes the test's finalizer, so a terminating Pod object goes away.
+async fn release_pod_object(pods: &Pods, name: &str) {
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    let _ = pod_objects(pods)
+        .await
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await;
+}
+
+/// A pod that is being deleted (a scale-down, a rollout) still has a live consumer while its
+/// app drains; it must not take the Lease that the leader releases, or the Lease moves twice.
+/// Here the only follower is terminating when the leader hands over: the Lease stays released
+/// for two lease durations (the old code took it at once), and a pod that stays takes it as
+/// soon as it starts. The recorder checks that no two grants overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_follower_never_takes_a_free_lease_a_staying_one_does() {
+    let mut pods = Pods::new().await;
+    for (name, keep) in [("pod-a", false), ("pod-b", true), ("pod-c", false)] {
+        create_pod_object(&pods, name, keep).await;
+    }
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let a = pods.start("pod-a");
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    let b = pods.start("pod-b");
+    // pod-b follows, and knows its pod stays.
+    let following = wait_until(Duration::from_secs(10), POLL, || {
+        pods.pods[b].logs().contains("the pod is not being deleted")
+    });
+    assert!(
+        following,
+        "pod-b never read its pod\n{}",
+        pods.pods[b].logs()
+    );
+
+    // pod-b's Pod is deleted; the finalizer keeps it terminating.
+    pod_objects(&pods)
+        .await
+        .delete("pod-b", &DeleteParams::default())
+        .await
+        .expect("delete pod-b");
+    let seen = wait_until(Duration::from_secs(10), POLL, || {
+        pods.pods[b]
+            .logs()
+            .contains("not taking the Lease from now on")
+    });
+    assert!(
+        seen,
+        "pod-b never saw its pod terminating\n{}",
+        pods.pods[b].logs()
+    );
+
+    // The leader hands over; the terminating follower does not take the free Lease.
+    pods.pods[a].signal(Signal::SIGTERM);
+    assert!(
+        pods.pods[a].wait_exit(Duration::from_secs(10)).is_some(),
+        "pod-a did not exit\n{}",
+        pods.pods[a].logs()
+    );
+    let lease = pods.lease().await.expect("lease");
+    assert!(
+        !holder_of(&lease).starts_with("pod-a_"),
+        "pod-a released the Lease"
+    );
+    let end = Instant::now() + LEASE_DURATION * 2;
+    while Instant::now() < end {
+        assert!(
+            !pods.is_leader(b),
+            "the terminating pod-b took the Lease\n{}",
+            pods.all_logs()
+        );
+        std::thread::sleep(POLL);
+    }
+    let lease = pods.lease().await.expect("lease");
+    assert_eq!(
+        holder_of(&lease),
+        "",
+        "the Lease was taken while only a terminating pod contended\n{}",
+        pods.all_logs()
+    );
+
+    // A pod that stays takes it.
+    let c = pods.start("pod-c");
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), c);
+    assert!(!pods.is_leader(b));
+    release_pod_object(&pods, "pod-b").await;
+    pods.finish();
+}

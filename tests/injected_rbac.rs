@@ -396,3 +396,130 @@ async fn without_watch_the_elector_is_refused_its_watch_and_polls() {
         elector.logs()
     );
 }
+
+/// `GET /leader` from the elector's probe port, as JSON (`null` while nothing listens yet).
+async fn leader_view(port: u16) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return Value::Null;
+    };
+    stream
+        .write_all(b"GET /leader HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("send");
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut text))
+        .await
+        .expect("/leader in time")
+        .expect("read /leader");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("/leader is not JSON ({e}): {text}"))
+}
+
+/// Waits until `/leader` says `pod` is in `state`; returns the last view.
+async fn wait_for_pod_state(port: u16, state: &str, within: Duration) -> (bool, Value) {
+    let end = Instant::now() + within;
+    loop {
+        let view = leader_view(port).await;
+        if view["pod"] == state {
+            return (true, view);
+        }
+        if Instant::now() >= end {
+            return (false, view);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates Pod `name` (never run: no kubelet) with a finalizer, so that deleting it leaves it
+/// terminating until the namespace's test ends.
+async fn create_kept_pod(cluster: &Cluster, ns: &TestNs, name: &str) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "finalizers": ["passmower-elector.test/keep"]},
+        "spec": {
+            "serviceAccountName": "passmower",
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "passmower", "image": "example.invalid/passmower:1"}],
+        },
+    }))
+    .expect("pod");
+    Api::namespaced(cluster.admin_client().await, &ns.name)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+}
+
+/// On pods the Role grants what the elector's watch of its own Pod sends: `get` and `watch`,
+/// no `list` (the watch is by field selector on the pod's name).
+#[test]
+fn the_role_grants_on_pods_only_get_and_watch() {
+    let verbs: Vec<String> = injected_rules()
+        .iter()
+        .filter(|r| r.resources.as_deref() == Some(&["pods".to_owned()][..]))
+        .flat_map(|r| r.verbs.clone())
+        .collect();
+    assert_eq!(verbs, ["get", "watch"]);
+}
+
+/// With the injected Role the elector reads its own Pod, and sees it terminating as soon as it
+/// is deleted (its watch delivers the deletionTimestamp), without a refused call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_injected_role_the_elector_sees_its_pod_terminating() {
+    let cluster = Cluster::shared();
+    let (ns, injected) = install(cluster, None).await;
+    create_kept_pod(cluster, &ns, "pod-a").await;
+    cluster.create_released_lease(&ns).await;
+    let port = free_port();
+    let elector = start_elector(&ns, &injected, port);
+    let (ok, view) = wait_for_pod_state(port, "staying", Duration::from_secs(10)).await;
+    assert!(ok, "{view}\n{}", elector.logs());
+    assert!(
+        wait_for_leader(&elector, LEADS_WITHIN).await,
+        "{}",
+        elector.logs()
+    );
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(cluster.admin_client().await, &ns.name)
+        .delete("pod-a", &Default::default())
+        .await
+        .expect("delete pod-a");
+    // Well within the watch's first backoff steps: delivered by the watch, not a re-read.
+    let (ok, view) = wait_for_pod_state(port, "terminating", Duration::from_secs(3)).await;
+    assert!(ok, "{view}\n{}", elector.logs());
+    assert_eq!(view["contending"], false, "{view}");
+    // A leader keeps its term until it is stopped.
+    assert_eq!(mode(&elector), Some(Mode::Leader), "{}", elector.logs());
+    assert_eq!(api_errors(port, "forbidden").await, 0, "{}", elector.logs());
+}
+
+/// Without `get`/`watch` on pods (a Role from before the elector watched its Pod), the
+/// elector cannot tell whether its pod is terminating: it says so in /leader and contends as
+/// before, so the missing permission never stops the election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pods_in_the_role_the_elector_says_so_and_still_leads() {
+    let cluster = Cluster::shared();
+    let rules: Vec<PolicyRule> = injected_rules()
+        .into_iter()
+        .filter(|r| r.resources.as_deref() != Some(&["pods".to_owned()][..]))
+        .collect();
+    let (ns, injected) = install(cluster, Some(&rules)).await;
+    create_kept_pod(cluster, &ns, "pod-a").await;
+    cluster.create_released_lease(&ns).await;
+    let port = free_port();
+    let elector = start_elector(&ns, &injected, port);
+    assert!(
+        wait_for_leader(&elector, LEADS_WITHIN).await,
+        "without pods in the Role the elector must still lead\n{}",
+        elector.logs()
+    );
+    let (ok, view) = wait_for_pod_state(port, "unknown", Duration::from_secs(5)).await;
+    assert!(ok, "{view}\n{}", elector.logs());
+    let reason = view["pod_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("get and watch on pods"), "{view}");
+    let warned = elector
+        .logs()
+        .matches("cannot tell whether this pod is terminating")
+        .count();
+    assert_eq!(warned, 1, "warned once\n{}", elector.logs());
+}

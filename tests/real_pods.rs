@@ -151,11 +151,22 @@ enum Fault {
     PodFreeze,
     /// The apiserver stopped (SIGTERM) and started again.
     ApiserverRestart,
+    /// `kubectl scale --replicas=1` with the leader among the removed pods (the leader and one
+    /// follower get the lowest `pod-deletion-cost`), then back to the install's replicas once
+    /// the OIDCClient created meanwhile is reconciled.
+    ScaleDown,
+    /// `kubectl delete pod <leader>`, then 3 s later a follower: that follower is in its
+    /// `preStop` drain (its app still answers) when the leader hands over, ~5 s after its own
+    /// deletion. A rollout does the same when it deletes the leader's pod while an older one
+    /// drains.
+    DrainingSuccessor,
 }
 
 impl Fault {
-    const ALL: [Fault; 6] = [
+    const ALL: [Fault; 8] = [
         Fault::RolloutRestart,
+        Fault::ScaleDown,
+        Fault::DrainingSuccessor,
         Fault::DeleteLeader,
         Fault::ElectorCrash,
         Fault::AppCrash,
@@ -171,6 +182,8 @@ impl Fault {
             Fault::AppCrash => "app-crash",
             Fault::PodFreeze => "pod-freeze",
             Fault::ApiserverRestart => "apiserver-restart",
+            Fault::ScaleDown => "scale-down",
+            Fault::DrainingSuccessor => "draining-successor",
         }
     }
 }
@@ -199,6 +212,8 @@ struct Round {
     operator_gap_ms: f64,
     /// Passmower processes started in operator mode after the fault (any pod).
     leader_app_starts: usize,
+    /// Times the Lease changed hands from the fault to steady again (`leaseTransitions`).
+    handovers: i32,
 }
 
 /// The faults to inject: `PME_REAL_PODS_FAULTS` (comma-separated names), default all.
@@ -357,6 +372,59 @@ async fn inject(
             }
             t_fault = now_us();
         }
+        Fault::ScaleDown => {
+            // The ReplicaSet removes the pods of lowest deletion cost first: the leader, then
+            // the newest follower; the oldest follower stays.
+            let pods_api = kube::Api::<Pod>::namespaced(client.clone(), &ns);
+            let followers: Vec<String> = install
+                .pods(&client)
+                .await
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .filter(|n| *n != leader_name)
+                .collect();
+            let doomed = followers.last().expect("a follower").clone();
+            for (pod, cost) in [(&leader_name, "-1000"), (&doomed, "-500")] {
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    "controller.kubernetes.io/pod-deletion-cost": cost}}});
+                pods_api
+                    .patch(
+                        pod,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .expect("annotate the deletion cost");
+            }
+            t_fault = now_us();
+            scale(node, install, 1);
+            report(&format!(
+                "scale-down: {leader_name} (leader) and {doomed} removed, {} stays",
+                followers.first().map_or("-", String::as_str)
+            ));
+        }
+        Fault::DrainingSuccessor => {
+            let doomed = install
+                .pods(&client)
+                .await
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .rfind(|n| *n != leader_name)
+                .expect("a follower");
+            t_fault = now_us();
+            for (pod, pause) in [(&leader_name, 3), (&doomed, 0)] {
+                let out = node
+                    .kubectl()
+                    .args(["delete", "pod", pod, "-n", &ns, "--wait=false"])
+                    .output()
+                    .expect("run kubectl");
+                assert!(out.status.success(), "kubectl delete pod: {out:?}");
+                tokio::time::sleep(Duration::from_secs(pause)).await;
+            }
+            report(&format!(
+                "draining-successor: {leader_name} (leader) deleted, {doomed} 3 s later"
+            ));
+        }
         Fault::DeleteLeader => {
             t_fault = now_us();
             let out = node
@@ -413,6 +481,37 @@ async fn inject(
     let client = node.admin_client().await;
     install.create_client(&client, client_name).await;
     (t_fault, leader_ip)
+}
+
+/// `kubectl scale deployment --replicas=N` on the install.
+fn scale(node: &Node, install: &Install, replicas: i32) {
+    let out = node
+        .kubectl()
+        .args([
+            "scale",
+            "deployment",
+            passmower::NAME,
+            "-n",
+            &install.namespace,
+            &format!("--replicas={replicas}"),
+        ])
+        .output()
+        .expect("run kubectl");
+    assert!(out.status.success(), "kubectl scale: {out:?}");
+}
+
+/// The Lease's `leaseTransitions` (0 when unreadable).
+async fn lease_transitions(install: &Install, client: &kube::Client) -> i32 {
+    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        &install.namespace,
+    )
+    .get_opt(passmower::NAME)
+    .await
+    .ok()
+    .flatten()
+    .and_then(|l| l.spec?.lease_transitions)
+    .unwrap_or(0)
 }
 
 /// Reports, in the background, when the kubelet had the killed elector container running
@@ -531,6 +630,7 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .await
                 .and_then(|p| p.metadata.name);
             let sampler = OperatorSampler::start(node, &install, client.clone());
+            let transitions_before = lease_transitions(&install, &client).await;
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
             let client = node.admin_client().await;
@@ -545,6 +645,18 @@ async fn faults_keep_one_writer_and_reconcile() {
                 "{name}: the OIDCClient created during the fault was not reconciled in 240s\n{}",
                 node.logs_tail(10)
             );
+            if fault == Fault::ScaleDown {
+                // Wait for the removed pods to be gone before counting the handovers, then
+                // scale back up (new pods start as followers: no handover).
+                let gone = support::wait_until_async(
+                    Duration::from_secs(120),
+                    Duration::from_millis(300),
+                    || async { install.pods(&client).await.len() == 1 },
+                )
+                .await;
+                assert!(gone, "{name}: the removed pods did not go away");
+                scale(node, &install, install.replicas);
+            }
             // Settle for a lease duration and two renewals: a takeover that a fault causes
             // (an elector that does not come back in time) has happened by then, so the next
             // fault starts from a real steady state and hits the real leader.
@@ -592,7 +704,10 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .filter(|(before, after)| before.iter().any(|pid| !after.contains(pid)))
                 .count();
             let operator = sampler.finish().await;
+            let handovers =
+                lease_transitions(&install, &node.admin_client().await).await - transitions_before;
             let r = Round {
+                handovers,
                 operator_gap_ms: operator.longest_none_ms,
                 // The first one seen ran before the fault.
                 leader_app_starts: operator.leaders.len().saturating_sub(1),
@@ -607,8 +722,9 @@ async fn faults_keep_one_writer_and_reconcile() {
                 recovery_s: (t_steady - t_fault) as f64 / 1e6,
             };
             report(&format!(
-                "round {round} {:<18} gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} (on pods that stay up {}) service {}; serving Passmower restarted on {} pod(s) that stayed up; no app in operator mode for {:.0} ms, leader app starts {} {:?}",
+                "round {round} {:<18} {} handover(s), gap {:>7.0} ms ({}), recovered in {:>5.1} s, failed requests: pods {} (on pods that stay up {}) service {}; serving Passmower restarted on {} pod(s) that stayed up; no app in operator mode for {:.0} ms, leader app starts {} {:?}",
                 fault.name(),
+                r.handovers,
                 r.gap_ms,
                 if r.moved { "leader moved" } else { "same leader" },
                 r.recovery_s,
@@ -637,8 +753,9 @@ async fn faults_keep_one_writer_and_reconcile() {
         "faults over {rounds} round(s); gap = fault → first reconcile of an OIDCClient created during it (ms, min/median/max)"
     ));
     report(&format!(
-        "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
+        "{:<18} {:>10} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
         "fault",
+        "handovers",
         "gap min/med/max ms",
         "leader moved",
         "failed HTTP pods(up)/svc",
@@ -652,8 +769,12 @@ async fn faults_keep_one_writer_and_reconcile() {
         let mut rec: Vec<f64> = rs.iter().map(|r| r.recovery_s).collect();
         let mut none: Vec<f64> = rs.iter().map(|r| r.operator_gap_ms).collect();
         report(&format!(
-            "{:<18} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
+            "{:<18} {:>10} {:>20} {:>14} {:>28} {:>18} {:>24} {:>28} {:>12}",
             fault.name(),
+            rs.iter()
+                .map(|r| r.handovers.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             summary(&mut gaps),
             format!("{}/{}", rs.iter().filter(|r| r.moved).count(), rs.len()),
             format!(

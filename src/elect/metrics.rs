@@ -26,6 +26,8 @@ pub struct Metrics {
     pub operators_running: Gauge,
     /// 1 while the consumer has shown it runs and obeys, so this pod may take the Lease.
     pub may_contend: Gauge,
+    /// 1 once this pod's Pod is terminating (it then never takes the Lease).
+    pub pod_terminating: Gauge,
 }
 
 impl Metrics {
@@ -40,6 +42,7 @@ impl Metrics {
             grant_expiry: Gauge::default(),
             operators_running: Gauge::default(),
             may_contend: Gauge::default(),
+            pod_terminating: Gauge::default(),
         };
         let mut registry = Registry::with_prefix("passmower_elector");
         registry.register(
@@ -74,8 +77,13 @@ impl Metrics {
         );
         registry.register(
             "may_contend",
-            "1 while the app's supervisor answers (signed) so this pod may take the Lease; 0 when it has not started, stopped answering, exited or cannot read the token",
+            "1 while this pod may take the Lease: the app's supervisor answers (signed) and the pod is not terminating; 0 when the app has not started, stopped answering, exited or cannot read the token, or the pod is being deleted",
             m.may_contend.clone(),
+        );
+        registry.register(
+            "pod_terminating",
+            "1 once this pod is being deleted (metadata.deletionTimestamp): it then never takes the Lease; a leader keeps it until it is stopped",
+            m.pod_terminating.clone(),
         );
         (m, registry)
     }

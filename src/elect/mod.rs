@@ -6,6 +6,7 @@ pub mod consumer;
 pub mod events;
 pub mod metrics;
 pub mod outputs;
+pub mod own_pod;
 pub mod probes;
 pub mod run;
 pub mod status;
@@ -115,6 +116,9 @@ pub struct ElectConfig {
     pub max_leader_failures: u64,
     /// How the consumer proves it is alive, and for how long it may stay quiet.
     pub consumer: ConsumerCheck,
+    /// This pod's name and namespace (`POD_NAME`, `POD_NAMESPACE`, downward API), when known:
+    /// the elector watches that Pod and does not take the Lease once it is terminating.
+    pub pod: Option<(String, String)>,
 }
 
 impl ElectArgs {
@@ -199,7 +203,20 @@ impl ElectArgs {
             toggle_url.is_some(),
             &timing,
         )?;
+        // The Pod to watch: POD_NAME, in POD_NAMESPACE (else the Lease's namespace). Only a
+        // valid pod name: anything else could never be found.
+        let pod = std::env::var("POD_NAME")
+            .ok()
+            .filter(|p| check_dns_subdomain("POD_NAME", p).is_ok())
+            .map(|p| {
+                let ns = std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| check_dns_label("POD_NAMESPACE", n).is_ok())
+                    .unwrap_or_else(|| namespace.clone());
+                (p, ns)
+            });
         Ok(ElectConfig {
+            pod,
             lease_name: self.lease_name,
             namespace,
             identity,

@@ -35,6 +35,7 @@ use super::consumer::{ConsumerCheck, ConsumerState};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::outputs::Outputs;
+use super::own_pod::{OwnPod, PodState};
 use super::probes::{self, ProbeState};
 use super::status::SharedStatus;
 use super::{holder_identity, ElectConfig};
@@ -146,6 +147,20 @@ pub async fn start(config: ElectConfig) -> ExitCode {
     {
         outputs.inherit_leader_grant(until);
     }
+    let own_pod = match &config.pod {
+        Some((name, namespace)) => OwnPod::spawn(
+            client.clone(),
+            namespace,
+            name,
+            config.pod_uid.clone(),
+            config.timing.api_timeout(),
+        ),
+        None => OwnPod::fixed(PodState::Unknown {
+            why: "POD_NAME is not set (downward API metadata.name): the elector cannot tell \
+                  whether its pod is terminating"
+                .to_owned(),
+        }),
+    };
     let events = config
         .events
         .then(|| EventRecorder::new(client, &config.namespace, &config.lease_name, &holder));
@@ -186,6 +201,8 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         consumer: None,
         consumer_live_at: now,
         consumer_complained: false,
+        own_pod,
+        pod_state: PodState::Pending,
     };
     elector.run(signals).await
 }
@@ -236,6 +253,10 @@ struct Elector {
     consumer_live_at: BootInstant,
     /// Whether this spell of not contending has been warned about (log and Event) already.
     consumer_complained: bool,
+    /// The watch on this pod's own Pod object: a terminating pod does not take the Lease.
+    own_pod: OwnPod,
+    /// Its state as last taken over by the loop.
+    pod_state: PodState,
 }
 
 impl Elector {
@@ -276,14 +297,43 @@ impl Elector {
                     Some(item) => self.on_watch(item),
                     None => watch = self.api.spawn_watch(timing.retry_period),
                 },
+                _ = self.own_pod.changed() => self.on_pod_change(),
                 _ = clock::sleep_until(wake) => self.act().await,
             }
         }
     }
 
-    /// Whether the consumer, as last judged, lets this pod take the Lease.
+    /// Whether this pod may take the Lease: its consumer, as last judged, is live, and its
+    /// Pod is not terminating.
     fn may_contend(&self) -> bool {
-        self.consumer.is_some_and(ConsumerState::may_contend)
+        self.consumer.is_some_and(ConsumerState::may_contend) && self.pod_state.may_contend()
+    }
+
+    /// The own Pod's state changed: take it over, report it, and contend now if that is what
+    /// changed (a free Lease waits for nothing else).
+    fn on_pod_change(&mut self) {
+        let state = self.own_pod.state();
+        if state == self.pod_state {
+            return;
+        }
+        match &state {
+            PodState::Terminating { .. } => tracing::info!(
+                pod = state.name(),
+                leader = self.candidate.is_leader(),
+                "{state}: not taking the Lease from now on (a leader keeps it until it is \
+                 stopped, then hands it over)"
+            ),
+            _ => tracing::info!(pod = state.name(), "{state}"),
+        }
+        self.metrics
+            .pod_terminating
+            .set(i64::from(matches!(state, PodState::Terminating { .. })));
+        self.status.update(|s| s.pod = state.clone());
+        self.pod_state = state;
+        self.metrics.may_contend.set(i64::from(self.may_contend()));
+        if self.may_contend() {
+            self.next_attempt = self.next_attempt.min(BootInstant::now());
+        }
     }
 
     /// When the loop must next act: a renew or acquisition attempt, a follower's re-check, or

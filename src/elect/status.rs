@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::consumer::ConsumerState;
+use super::own_pod::PodState;
 use crate::clock::{self, BootInstant};
 
 /// A snapshot of the election as seen by this pod.
@@ -33,6 +34,8 @@ pub struct Status {
     pub consumer: Option<ConsumerState>,
     /// Leading, and the consumer says the leader app runs.
     pub operators_running: bool,
+    /// This pod's own Pod: a terminating one does not take the Lease.
+    pub pod: PodState,
 }
 
 /// Shared, cheaply cloned handle to the status.
@@ -69,12 +72,18 @@ pub struct LeaderView {
     /// Leading, and the app's supervisor says (signed) that the leader app runs: what a user
     /// alerts on. `is_leader` alone says only what the elector holds.
     pub operators_running: bool,
-    /// Whether this pod may take the Lease: its consumer has shown that it runs and obeys.
+    /// Whether this pod may take the Lease: its consumer has shown that it runs and obeys, and
+    /// the pod is not terminating.
     pub contending: bool,
     /// The consumer as the elector sees it: `live`, `unproven`, `silent`, `stopped` or
     /// `unchecked`, with the reason in words.
     pub consumer: String,
     pub consumer_reason: String,
+    /// This pod as the elector sees it: `staying`, `terminating` (it does not take the Lease),
+    /// `unknown` (it cannot tell, and contends as if the pod stayed) or `pending` (not read
+    /// yet), with the reason in words.
+    pub pod: String,
+    pub pod_reason: String,
 }
 
 impl Status {
@@ -101,7 +110,8 @@ impl Status {
                 .filter(|_| is_leader)
                 .map_or(0, |e| e.as_nanos()),
             operators_running: is_leader && self.operators_running,
-            contending: self.consumer.is_some_and(ConsumerState::may_contend),
+            contending: self.consumer.is_some_and(ConsumerState::may_contend)
+                && self.pod.may_contend(),
             consumer: self
                 .consumer
                 .map_or("unknown", ConsumerState::name)
@@ -109,6 +119,8 @@ impl Status {
             consumer_reason: self
                 .consumer
                 .map_or_else(|| "not judged yet".to_owned(), |c| c.to_string()),
+            pod: self.pod.name().to_owned(),
+            pod_reason: self.pod.to_string(),
         }
     }
 

@@ -128,6 +128,11 @@ fn strings(items: &[&str]) -> Option<Vec<String>> {
 /// - `create` on Events, in both the core and the `events.k8s.io` group, for the
 ///   "became leader" / "stopped leading" Events.
 ///
+/// - `get` and `watch` on pods: each elector reads and watches its own Pod
+///   (`fieldSelector=metadata.name=$POD_NAME`) and does not take the Lease once the Pod is
+///   terminating. A pod's name is not known in advance, so this cannot be limited by
+///   `resourceNames`; no `list`. Without it the elector contends as if its pod stayed.
+///
 /// There is deliberately no `delete`: a release is an update (holder "").
 pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
     vec![
@@ -153,6 +158,12 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
             api_groups: strings(&["", "events.k8s.io"]),
             resources: strings(&["events"]),
             verbs: vec!["create".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: strings(&[""]),
+            resources: strings(&["pods"]),
+            verbs: vec!["get".into(), "watch".into()],
             ..Default::default()
         },
     ]

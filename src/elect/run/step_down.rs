@@ -96,7 +96,7 @@ impl Elector {
             self.consumer_live_at = now;
         }
         let leading = self.candidate.is_leader();
-        self.metrics.may_contend.set(i64::from(state.may_contend()));
+        self.metrics.may_contend.set(i64::from(self.may_contend()));
         let running = leading && (state.runs_leader() || state == ConsumerState::Unchecked);
         self.metrics.operators_running.set(i64::from(running));
         self.status.update(|s| {
