@@ -14,6 +14,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 CLIENT_GO_VERSION="${CLIENT_GO_VERSION:-v0.37.2}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}/bench-peers"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-bench-peers.lock"
+flock 9
 OUT="$CACHE/bin"
 mkdir -p "$OUT"
 

@@ -9,6 +9,11 @@ set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-helm.lock"
+flock 9
 OUT="$CACHE/helm/helm-${HELM_VERSION}"
 
 log() { echo "build-helm: $*" >&2; }

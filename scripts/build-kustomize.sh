@@ -9,6 +9,11 @@ set -euo pipefail
 
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-kustomize.lock"
+flock 9
 OUT="$CACHE/kustomize/kustomize-${KUSTOMIZE_VERSION}"
 
 log() { echo "build-kustomize: $*" >&2; }

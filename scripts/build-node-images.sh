@@ -37,6 +37,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
 
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}/node-images"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-node-images.lock"
+flock 9
 UPSTREAM="${PME_UPSTREAM:-$REPO/../shared/upstream/passmower}"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 NODE_BIN="${PME_NODE_JS:-$(command -v node || true)}"

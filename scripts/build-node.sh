@@ -32,6 +32,11 @@ set -euo pipefail
 KUBELET_VERSION="${KUBELET_VERSION:-v1.34.4}"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-node.lock"
+flock 9
 OUT="$CACHE/node/kubelet-${KUBELET_VERSION}-kube-${KUBE_VERSION}"
 NODE_BINS=(kubelet kube-proxy)
 CONTROL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)

@@ -14,6 +14,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 UPSTREAM="${PME_UPSTREAM:-$PWD/../shared/upstream/passmower}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-passmower-app.lock"
+flock 9
 log() { echo "build-passmower-app: $*" >&2; }
 die() { log "$*"; exit 1; }
 [[ -f "$UPSTREAM/package.json" && -d "$UPSTREAM/src" ]] || die "no Passmower tree at $UPSTREAM (PME_UPSTREAM)"

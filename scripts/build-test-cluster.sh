@@ -12,6 +12,11 @@ set -euo pipefail
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
+# One build per cache at a time: another (CI beside a test run, two test binaries) would write
+# the same files, and a cached result is only trusted once its builder has finished.
+mkdir -p "$CACHE"
+exec 9>>"$CACHE/.build-test-cluster.lock"
+flock 9
 OUT="$CACHE/control-plane/kube-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
 
 log() { echo "build-test-cluster: $*" >&2; }
