@@ -29,8 +29,9 @@ use crate::config::{self, ConfigError};
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
 pub use native_election::PassmowerElection;
+pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
 pub use options::{
-    check_idle_namespace, image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command,
+    check_idle_namespace, image_howto, parse_app_command,
     AppOnChange, InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
     UNPUBLISHED_IMAGE_REPOSITORY,
 };
