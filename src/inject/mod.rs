@@ -6,16 +6,20 @@
 //! headed by comments that repeat the warnings of their rewrite, because Helm shows neither a
 //! post-renderer's stderr nor anything but the manifests.
 
+mod error;
 mod failure;
 pub mod fence;
 mod identity;
 mod kustomize;
 mod monitor;
+mod names;
 pub mod native_election;
 mod options;
 mod pod;
 mod rbac;
 mod strategy;
+mod target;
+mod value;
 mod workload;
 pub mod yaml;
 
@@ -26,80 +30,23 @@ use std::process::ExitCode;
 use serde_norway::{Mapping, Value};
 
 use crate::config::{self, ConfigError};
+pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
+pub use error::InjectError;
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
+pub use names::{
+    WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, ELECTOR_CONTAINER,
+    GENERATED_FOR_ANNOTATION, INJECTED_ANNOTATION, INSTALL_CONTAINER, LEASE_ANNOTATION,
+    PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, VERSION, WARNINGS_ANNOTATION,
+};
 pub use native_election::PassmowerElection;
-pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
 pub use options::{
-    check_idle_namespace, image_howto, parse_app_command,
-    AppOnChange, InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
-    UNPUBLISHED_IMAGE_REPOSITORY,
+    check_idle_namespace, image_howto, parse_app_command, AppOnChange, InjectArgs, InjectOptions,
+    KubeVersion, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};
-pub use workload::{WorkloadKind, ELECTOR_CONTAINER, INSTALL_CONTAINER, PROBE_PORT_NAME};
 pub use yaml::YamlError;
-
-/// This crate's version: written into the marker annotation.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Annotation on an injected workload; its value is the version of `inject` that wrote it.
-pub const INJECTED_ANNOTATION: &str = "passmower-elector.io/injected";
-/// Annotation on an injected workload naming its Lease, so companions can be re-derived.
-pub const LEASE_ANNOTATION: &str = "passmower-elector.io/lease";
-/// Annotation on every object `inject` generates: `Kind/name` of the workload it serves.
-pub const GENERATED_FOR_ANNOTATION: &str = "passmower-elector.io/generated-for";
-/// Annotation holding what the operator should know about an object `inject` wrote or changed
-/// (a replaced rollout strategy, a budget that cannot keep a replica serving), one per line:
-/// it stays on the live object, where `kubectl describe` shows it.
-pub const WARNINGS_ANNOTATION: &str = "passmower-elector.io/warnings";
-/// The follower's namespace selector: a name no namespace can have (the '_' makes it no
-/// DNS-1123 label, nor subdomain), so the apiserver refuses to create it and lists and watches
-/// resources under it as an empty collection; literal for micromatch and one URL path segment.
-/// The charts' `idleNamespace` values are the same (tests/idle_namespace.rs keeps them so).
-pub const DEFAULT_IDLE_NAMESPACE: &str = "passmower-elector_idle";
-/// The target container's name in Passmower's chart.
-pub const DEFAULT_CONTAINER: &str = "passmower";
-/// What Passmower's image runs when the container sets no command.
-pub const PASSMOWER_APP_COMMAND: &[&str] = &["node", "--no-warnings", "src/app.js"];
-
-/// Why a stream cannot be injected. Every variant ends `inject` with exit code 2 and no output.
-#[derive(Debug, thiserror::Error)]
-pub enum InjectError {
-    #[error("invalid YAML in {0}")]
-    Yaml(#[from] YamlError),
-    #[error(
-        "no target found: no {kinds} with a container named {container:?}; \
-         use --container / --kind to aim elsewhere, or --allow-none to pass the stream through"
-    )]
-    NoTarget { kinds: String, container: String },
-    #[error(
-        "{workload} (document {document}) was injected by passmower-elector {found}, which this \
-         version ({ours}) cannot re-inject; run inject on the original manifests"
-    )]
-    IncompatibleVersion {
-        document: usize,
-        workload: String,
-        found: String,
-        ours: String,
-    },
-    #[error(
-        "{workload} (document {document}): container {container:?} sets no command, so the app \
-         command is unknown; pass --app-command (e.g. --app-command 'node server.js')"
-    )]
-    NoCommand {
-        document: usize,
-        workload: String,
-        container: String,
-    },
-    #[error("{workload} (document {document}): {reason}")]
-    Manifest {
-        document: usize,
-        workload: String,
-        reason: String,
-    },
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-}
 
 /// One object `inject` rewrote, as it was and as it is now: what a kustomize patch is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,7 +184,7 @@ impl Run<'_> {
                 notes: Vec::new(),
             }));
         }
-        let Some(target) = workload::Target::find(value, document, opts)? else {
+        let Some(target) = target::Target::find(value, document, opts)? else {
             return Ok(Outcome::Unchanged);
         };
         let workload = target.describe();
@@ -261,7 +208,7 @@ impl Run<'_> {
                     ),
                 })
             }
-            Some(found) if compatible(found, VERSION) => (Outcome::Unchanged, target.info(opts)),
+            Some(found) if compatible(found, VERSION) => (Outcome::Unchanged, target.clone()),
             Some(found) => {
                 return Err(InjectError::IncompatibleVersion {
                     document,
@@ -273,11 +220,12 @@ impl Run<'_> {
             None => {
                 let mut rewritten = value.clone();
                 let mut notes = Vec::new();
-                let info = if fence_only {
-                    workload::rewrite_fence_only(&mut rewritten, &target, opts)?
+                let mut info = target.clone();
+                if fence_only {
+                    workload::rewrite_fence_only(&mut rewritten, &mut info, opts)?;
                 } else {
-                    workload::rewrite(&mut rewritten, &target, opts, &mut notes)?
-                };
+                    workload::rewrite(&mut rewritten, &info, opts, &mut notes)?;
+                }
                 self.rewrites.push(Rewrite {
                     before: value.clone(),
                     after: rewritten.clone(),
@@ -455,7 +403,7 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
             if let Some(pdb) = rbac::pdb_selector(object) {
                 run.existing_pdbs.push(pdb);
             }
-            if let Some(target) = workload::Target::find(object, doc.number, opts)? {
+            if let Some(target) = target::Target::find(object, doc.number, opts)? {
                 run.target_pods.push(target.pod_labels());
             }
         }

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
+use super::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use super::native_election::PassmowerElection;
-use super::workload::WorkloadKind;
-use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use crate::config::{self, is_dns1123_label, is_dns1123_subdomain, ConfigError};
 use crate::election::Timing;
 
@@ -911,7 +910,7 @@ mod tests {
     fn app_command_forms() {
         assert_eq!(
             parse_app_command("node --no-warnings src/app.js").unwrap(),
-            super::super::PASSMOWER_APP_COMMAND
+            super::super::names::PASSMOWER_APP_COMMAND
         );
         assert_eq!(
             parse_app_command(r#"["sh", "-c", "exec a b"]"#).unwrap(),
