@@ -66,6 +66,25 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
+/// Whether `s` is a DNS-1123 label (1 to 63 of a-z, 0-9 and '-', alphanumeric at both ends):
+/// what a namespace name must be.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// Whether `s` is a DNS-1123 subdomain (at most 253 characters, DNS-1123 labels joined by '.'):
+/// what a Lease name and a pod name must be.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
 /// Formats a duration for messages: `15s`, `1m 30s`, `500ms`.
 pub fn human(d: Duration) -> String {
     humantime::format_duration(d).to_string()
@@ -109,5 +128,41 @@ mod tests {
         assert!(parse_key_value("=x").is_err());
         assert!(parse_key_value("1A=x").is_err());
         assert!(parse_key_value("A-B=x").is_err());
+    }
+
+    #[test]
+    fn dns1123_labels_and_subdomains() {
+        assert!(is_dns1123_label("a"));
+        assert!(is_dns1123_label("a-1"));
+        for bad in [
+            "",
+            "*",
+            "a,b",
+            "-a",
+            "a-",
+            "A",
+            "a.b",
+            "a_b",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(!is_dns1123_label(bad), "{bad:?}");
+        }
+        assert!(is_dns1123_subdomain("a.b-1.c"));
+        assert!(is_dns1123_subdomain(
+            &vec!["a".repeat(63); 4].join(".")[..253]
+        ));
+        for bad in [
+            "",
+            ".",
+            "a.",
+            ".a",
+            "a..b",
+            "A.b",
+            "a_b.c",
+            &format!("{}ab", "a.".repeat(126)),
+        ] {
+            assert!(!is_dns1123_subdomain(bad), "{bad:?}");
+        }
     }
 }

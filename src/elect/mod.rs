@@ -314,14 +314,7 @@ fn parse_toggle_url(raw: &str) -> Result<Uri, ConfigError> {
 }
 
 fn check_dns_label(flag: &str, value: &str) -> Result<(), ConfigError> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if ok {
+    if crate::config::is_dns1123_label(value) {
         Ok(())
     } else {
         Err(ConfigError::new(
@@ -333,12 +326,7 @@ fn check_dns_label(flag: &str, value: &str) -> Result<(), ConfigError> {
 }
 
 fn check_dns_subdomain(flag: &str, value: &str) -> Result<(), ConfigError> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value
-            .split('.')
-            .all(|label| check_dns_label(flag, label).is_ok());
-    if ok {
+    if crate::config::is_dns1123_subdomain(value) {
         Ok(())
     } else {
         Err(ConfigError::new(

@@ -25,7 +25,7 @@ impl<'a> HolderIdentity<'a> {
         let mut parts = identity.split('_');
         let (pod_name, pod_uid, suffix) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some()
-            || !is_dns_subdomain(pod_name)
+            || !crate::config::is_dns1123_subdomain(pod_name)
             || !is_uid(pod_uid)
             || suffix.is_empty()
             || suffix.len() > 16
@@ -55,20 +55,6 @@ pub fn is_uid(s: &str) -> bool {
         && bytes.iter().enumerate().all(|(i, b)| match i {
             8 | 13 | 18 | 23 => *b == b'-',
             _ => b.is_ascii_hexdigit(),
-        })
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
         })
 }
 

@@ -5,7 +5,8 @@
 use k8s_openapi::api::core::v1::SecurityContext;
 use serde_norway::{Mapping, Value};
 
-use super::workload::{at, str_at, SIDECAR_UID};
+use super::names::SIDECAR_UID;
+use super::value::{at, str_at};
 
 /// The user and group the app runs as, when the elector must share them: the elector and the
 /// install container take them over, so the token the elector writes with mode 0600 stays
@@ -152,7 +153,8 @@ pub fn unmatched_non_root_warning(
 
 #[cfg(test)]
 mod tests {
-    use crate::inject::workload::tests::{opts, rewritten, DEPLOYMENT, SIDECAR_UID};
+    use crate::inject::names::SIDECAR_UID;
+    use crate::inject::workload::tests::{opts, rewritten, DEPLOYMENT};
     use crate::inject::InjectOptions;
     use k8s_openapi::api::core::v1::SecurityContext;
     use serde_norway::Value;

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde_norway::{Mapping, Value};
 
-use super::{yaml, Injected, Rewrite, VERSION};
+use super::names::VERSION;
+use super::{yaml, Injected, Rewrite};
 use crate::atomic_file;
 
 /// The Kubernetes merge key (`patchMergeKey`) of the lists a pod-template rewrite touches.

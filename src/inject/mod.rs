@@ -6,99 +6,48 @@
 //! headed by comments that repeat the warnings of their rewrite, because Helm shows neither a
 //! post-renderer's stderr nor anything but the manifests.
 
+mod companions;
+mod error;
 mod failure;
 pub mod fence;
 mod identity;
 mod kustomize;
 mod monitor;
+mod names;
 pub mod native_election;
 mod options;
 mod pod;
 mod rbac;
 mod strategy;
+mod target;
+mod value;
 mod workload;
 pub mod yaml;
 
-use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use serde_norway::{Mapping, Value};
 
 use crate::config::{self, ConfigError};
+pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
+use companions::Companions;
+pub use error::InjectError;
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
+pub use names::{
+    WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, ELECTOR_CONTAINER,
+    GENERATED_FOR_ANNOTATION, INJECTED_ANNOTATION, INSTALL_CONTAINER, LEASE_ANNOTATION,
+    PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, VERSION, WARNINGS_ANNOTATION,
+};
 pub use native_election::PassmowerElection;
 pub use options::{
-    check_idle_namespace, image_howto, is_dns1123_label, is_dns1123_subdomain, parse_app_command,
-    AppOnChange, InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
-    UNPUBLISHED_IMAGE_REPOSITORY,
+    check_idle_namespace, image_howto, parse_app_command, AppOnChange, InjectArgs, InjectOptions,
+    KubeVersion, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};
-pub use workload::{WorkloadKind, ELECTOR_CONTAINER, INSTALL_CONTAINER, PROBE_PORT_NAME};
 pub use yaml::YamlError;
-
-/// This crate's version: written into the marker annotation.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Annotation on an injected workload; its value is the version of `inject` that wrote it.
-pub const INJECTED_ANNOTATION: &str = "passmower-elector.io/injected";
-/// Annotation on an injected workload naming its Lease, so companions can be re-derived.
-pub const LEASE_ANNOTATION: &str = "passmower-elector.io/lease";
-/// Annotation on every object `inject` generates: `Kind/name` of the workload it serves.
-pub const GENERATED_FOR_ANNOTATION: &str = "passmower-elector.io/generated-for";
-/// Annotation holding what the operator should know about an object `inject` wrote or changed
-/// (a replaced rollout strategy, a budget that cannot keep a replica serving), one per line:
-/// it stays on the live object, where `kubectl describe` shows it.
-pub const WARNINGS_ANNOTATION: &str = "passmower-elector.io/warnings";
-/// The follower's namespace selector: a name no namespace can have (the '_' makes it no
-/// DNS-1123 label, nor subdomain), so the apiserver refuses to create it and lists and watches
-/// resources under it as an empty collection; literal for micromatch and one URL path segment.
-/// The charts' `idleNamespace` values are the same (tests/idle_namespace.rs keeps them so).
-pub const DEFAULT_IDLE_NAMESPACE: &str = "passmower-elector_idle";
-/// The target container's name in Passmower's chart.
-pub const DEFAULT_CONTAINER: &str = "passmower";
-/// What Passmower's image runs when the container sets no command.
-pub const PASSMOWER_APP_COMMAND: &[&str] = &["node", "--no-warnings", "src/app.js"];
-
-/// Why a stream cannot be injected. Every variant ends `inject` with exit code 2 and no output.
-#[derive(Debug, thiserror::Error)]
-pub enum InjectError {
-    #[error("invalid YAML in {0}")]
-    Yaml(#[from] YamlError),
-    #[error(
-        "no target found: no {kinds} with a container named {container:?}; \
-         use --container / --kind to aim elsewhere, or --allow-none to pass the stream through"
-    )]
-    NoTarget { kinds: String, container: String },
-    #[error(
-        "{workload} (document {document}) was injected by passmower-elector {found}, which this \
-         version ({ours}) cannot re-inject; run inject on the original manifests"
-    )]
-    IncompatibleVersion {
-        document: usize,
-        workload: String,
-        found: String,
-        ours: String,
-    },
-    #[error(
-        "{workload} (document {document}): container {container:?} sets no command, so the app \
-         command is unknown; pass --app-command (e.g. --app-command 'node server.js')"
-    )]
-    NoCommand {
-        document: usize,
-        workload: String,
-        container: String,
-    },
-    #[error("{workload} (document {document}): {reason}")]
-    Manifest {
-        document: usize,
-        workload: String,
-        reason: String,
-    },
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-}
 
 /// One object `inject` rewrote, as it was and as it is now: what a kustomize patch is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,61 +93,14 @@ enum Outcome {
 /// The state of one `inject` run over a stream.
 struct Run<'a> {
     opts: &'a InjectOptions,
-    /// Objects in the input, and whether `inject` generated them (idempotence, no shadowing).
-    existing: HashMap<rbac::ObjectKey, bool>,
-    /// Namespace and selector of each PodDisruptionBudget in the input.
-    existing_pdbs: Vec<(Option<String>, Value)>,
+    /// The companion objects: what the stream holds, what was emitted so far.
+    companions: Companions<'a>,
     /// Namespace and pod labels of each target, for the PodMonitors that select them.
     target_pods: Vec<(Option<String>, Mapping)>,
-    emitted: HashSet<rbac::ObjectKey>,
-    /// Each write fence in the stream or emitted so far, by name: the Lease it binds and whom
-    /// it was made for. One ServiceAccount has one fence.
-    fences: HashMap<String, FenceClaim>,
     targets: Vec<String>,
     warnings: Vec<String>,
     rewrites: Vec<Rewrite>,
     added: Vec<Value>,
-}
-
-/// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it
-/// was made for (its generated-for annotation).
-#[derive(Debug, Clone, PartialEq)]
-struct FenceClaim {
-    lease: String,
-    made_for: String,
-}
-
-impl FenceClaim {
-    /// The claim of a write fence binding (inject's or the chart's: both carry the
-    /// `write-fence` component label), or `None` for any other object.
-    fn of(value: &Value) -> Option<(String, FenceClaim)> {
-        let meta = value.get("metadata")?;
-        if value.get("kind")?.as_str()? != "ValidatingAdmissionPolicyBinding"
-            || meta
-                .get("labels")?
-                .get("app.kubernetes.io/component")?
-                .as_str()?
-                != "write-fence"
-        {
-            return None;
-        }
-        let param = value.get("spec")?.get("paramRef")?;
-        let lease = format!(
-            "{}/{}",
-            param.get("namespace").and_then(Value::as_str).unwrap_or(""),
-            param.get("name").and_then(Value::as_str).unwrap_or("")
-        );
-        let made_for = meta
-            .get("annotations")
-            .and_then(|a| a.get(GENERATED_FOR_ANNOTATION))
-            .and_then(Value::as_str)
-            .unwrap_or("another object of the stream")
-            .to_owned();
-        Some((
-            meta.get("name")?.as_str()?.to_owned(),
-            FenceClaim { lease, made_for },
-        ))
-    }
 }
 
 /// The objects of a document: itself, or the items of a `kind: List`.
@@ -236,7 +138,7 @@ impl Run<'_> {
                 notes: Vec::new(),
             }));
         }
-        let Some(target) = workload::Target::find(value, document, opts)? else {
+        let Some(target) = target::Target::find(value, document, opts)? else {
             return Ok(Outcome::Unchanged);
         };
         let workload = target.describe();
@@ -260,7 +162,7 @@ impl Run<'_> {
                     ),
                 })
             }
-            Some(found) if compatible(found, VERSION) => (Outcome::Unchanged, target.info(opts)),
+            Some(found) if compatible(found, VERSION) => (Outcome::Unchanged, target.clone()),
             Some(found) => {
                 return Err(InjectError::IncompatibleVersion {
                     document,
@@ -272,11 +174,12 @@ impl Run<'_> {
             None => {
                 let mut rewritten = value.clone();
                 let mut notes = Vec::new();
-                let info = if fence_only {
-                    workload::rewrite_fence_only(&mut rewritten, &target, opts)?
+                let mut info = target.clone();
+                if fence_only {
+                    workload::rewrite_fence_only(&mut rewritten, &mut info, opts)?;
                 } else {
-                    workload::rewrite(&mut rewritten, &target, opts, &mut notes)?
-                };
+                    workload::rewrite(&mut rewritten, &info, opts, &mut notes)?;
+                }
                 self.rewrites.push(Rewrite {
                     before: value.clone(),
                     after: rewritten.clone(),
@@ -293,132 +196,14 @@ impl Run<'_> {
         };
         self.targets.push(workload.clone());
 
-        let mut generated = Vec::new();
-        if fence_only {
-            generated = rbac::native_lease_companions(&info);
-        } else if !opts.workload_only {
-            let has_own_pdb = self
-                .existing_pdbs
-                .iter()
-                .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);
-            generated = rbac::companions(&info, !has_own_pdb);
-        }
-        if !opts.workload_only && opts.fence {
-            if matches!(outcome, Outcome::Unchanged)
-                && !fence_only
-                && !elector_knows_its_pod_uid(value)
-            {
-                return Err(InjectError::Manifest {
-                    document,
-                    workload,
-                    reason: format!(
-                        "was injected by an earlier passmower-elector whose {ELECTOR_CONTAINER} \
-                         container has no POD_UID, so its holder identity names no pod UID and \
-                         the write fence would refuse every operator write of its leader: \
-                         inject the original manifests (the chart's output) again, or pass \
-                         --no-fence"
-                    ),
-                });
-            }
-            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
-                return Err(InjectError::Manifest {
-                    document,
-                    workload,
-                    reason: "names no namespace, and the write fence (a cluster-wide admission \
-                             policy) must name the namespace of its ServiceAccount and Lease: \
-                             pass --namespace NAMESPACE (the release namespace: helm gives a \
-                             post-renderer none), or --no-fence to install without it"
-                        .into(),
-                });
-            };
-            let target = fence::FenceTarget {
-                namespace,
-                service_account: &info.service_account,
-                lease: &info.lease,
-            };
-            let name = fence::fence_policy_name(namespace, &info.service_account);
-            let generated_for = format!("{}/{}", info.kind.as_str(), info.name);
-            let claim = FenceClaim {
-                lease: format!("{namespace}/{}", info.lease),
-                made_for: generated_for.clone(),
-            };
-            match self.fences.get(&name) {
-                Some(other) if other.lease != claim.lease => {
-                    return Err(InjectError::Manifest {
-                        document,
-                        workload,
-                        reason: format!(
-                            "runs as ServiceAccount {namespace}/{sa} with Lease {ours}, but the \
-                             write fence of that ServiceAccount ({name}, for {by}) binds Lease \
-                             {theirs}: the fence admits the ServiceAccount's operator writes \
-                             from the holder of one Lease only, so the other workload's leader \
-                             would be refused for ever. Give each workload its own \
-                             ServiceAccount, let them share one Lease (--lease-name {lease}), or \
-                             pass --no-fence",
-                            sa = info.service_account,
-                            ours = claim.lease,
-                            by = other.made_for,
-                            theirs = other.lease,
-                            lease = other.lease.rsplit('/').next().unwrap_or_default(),
-                        ),
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    self.fences.insert(name.clone(), claim);
-                }
-            }
-            let holder = if fence_only {
-                fence::Holder::PodName
-            } else {
-                fence::Holder::ElectorIdentity
-            };
-            for object in fence::write_fence_for(&name, &target, &generated_for, holder) {
-                generated.push(rbac::Generated {
-                    value: object,
-                    notes: Vec::new(),
-                });
-            }
-        }
-        // With --workload-only the chart installs the guard (its denyIdleNamespace).
-        if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
-            let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
-            for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
-                generated.push(rbac::Generated {
-                    value: policy,
-                    notes: Vec::new(),
-                });
-            }
-        }
-        for companion in generated {
-            let key =
-                rbac::ObjectKey::of(&companion.value).ok_or_else(|| InjectError::Manifest {
-                    document,
-                    workload: workload.clone(),
-                    reason: "internal: generated object without kind or name".into(),
-                })?;
-            match self.existing.get(&key) {
-                Some(true) => continue,
-                Some(false) => {
-                    return Err(InjectError::Manifest {
-                        document,
-                        workload,
-                        reason: format!(
-                            "the stream already has {key} not generated by passmower-elector; \
-                             rename or remove it"
-                        ),
-                    })
-                }
-                None => {}
-            }
-            if self.emitted.insert(key) {
-                self.warnings.extend(companion.notes.iter().cloned());
-                self.added.push(companion.value.clone());
-                companions.push(Written {
-                    value: companion.value,
-                    notes: companion.notes,
-                });
-            }
+        let already_injected = matches!(outcome, Outcome::Unchanged);
+        for companion in self.companions.for_target(&info, value, already_injected)? {
+            self.warnings.extend(companion.notes.iter().cloned());
+            self.added.push(companion.value.clone());
+            companions.push(Written {
+                value: companion.value,
+                notes: companion.notes,
+            });
         }
         Ok(outcome)
     }
@@ -431,11 +216,8 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
 
     let mut run = Run {
         opts,
-        existing: HashMap::new(),
-        existing_pdbs: Vec::new(),
+        companions: Companions::new(opts),
         target_pods: Vec::new(),
-        emitted: HashSet::new(),
-        fences: HashMap::new(),
         targets: Vec::new(),
         warnings: Vec::new(),
         rewrites: Vec::new(),
@@ -445,16 +227,8 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<Injected, InjectError
     // may come before the workload it selects).
     for doc in &documents {
         for object in objects(&doc.value) {
-            if let Some(key) = rbac::ObjectKey::of(object) {
-                run.existing.insert(key, rbac::is_generated(object));
-            }
-            if let Some((name, claim)) = FenceClaim::of(object) {
-                run.fences.insert(name, claim);
-            }
-            if let Some(pdb) = rbac::pdb_selector(object) {
-                run.existing_pdbs.push(pdb);
-            }
-            if let Some(target) = workload::Target::find(object, doc.number, opts)? {
+            run.companions.note(object);
+            if let Some(target) = target::Target::find(object, doc.number, opts)? {
                 run.target_pods.push(target.pod_labels());
             }
         }
@@ -561,22 +335,6 @@ pub fn compatible(found: &str, ours: &str) -> bool {
         Some(if major == 0 { (0, minor) } else { (major, 0) })
     }
     matches!((line(found), line(ours)), (Some(a), Some(b)) if a == b)
-}
-
-/// Whether the elector container of an injected workload's pod template sets `POD_UID`, which
-/// the write fence needs in the holder identity (output of builds before the fence lacks it).
-fn elector_knows_its_pod_uid(workload: &Value) -> bool {
-    let spec = &workload["spec"]["template"]["spec"];
-    ["initContainers", "containers"]
-        .iter()
-        .filter_map(|list| spec[*list].as_sequence())
-        .flatten()
-        .filter(|c| c["name"].as_str() == Some(ELECTOR_CONTAINER))
-        .any(|c| {
-            c["env"]
-                .as_sequence()
-                .is_some_and(|env| env.iter().any(|e| e["name"].as_str() == Some("POD_UID")))
-        })
 }
 
 /// The `inject` role: read, inject, print (or write the kustomize Component) only on success.

@@ -9,7 +9,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::workload::PROBE_PORT_NAME;
+use super::names::PROBE_PORT_NAME;
 
 /// The PodMonitor `value` with an endpoint for the elector's port added, when it selects the
 /// pods of a target and has none yet; `None` otherwise (also for anything not a PodMonitor).

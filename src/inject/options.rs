@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
+use super::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use super::native_election::PassmowerElection;
-use super::workload::WorkloadKind;
-use super::{DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
-use crate::config::{self, ConfigError};
+use crate::config::{self, is_dns1123_label, is_dns1123_subdomain, ConfigError};
 use crate::election::Timing;
 
 /// A repository nothing publishes, which earlier versions used as the default image: refused
@@ -492,18 +491,6 @@ pub fn parse_app_command(s: &str) -> Result<Vec<String>, ConfigError> {
     Ok(words)
 }
 
-/// Whether `s` is a DNS-1123 label: what a namespace name must be.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
-}
-
 /// Longest idle namespace accepted: a URL path segment's worth, as long as an object name.
 const IDLE_NAMESPACE_MAX: usize = 253;
 
@@ -540,11 +527,6 @@ pub fn check_idle_namespace(name: &str, deny: bool) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-/// Whether `s` is a DNS-1123 subdomain: what a Lease name must be.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
 /// How to get a sidecar image, for the error that asks for one.
@@ -804,16 +786,6 @@ mod tests {
     }
 
     #[test]
-    fn dns1123_labels() {
-        assert!(!is_dns1123_label(DEFAULT_IDLE_NAMESPACE));
-        assert!(is_dns1123_label("a"));
-        assert!(is_dns1123_label("a-1"));
-        for bad in ["", "*", "a,b", "-a", "a-", "A", "a.b", &"a".repeat(64)] {
-            assert!(!is_dns1123_label(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
     fn idle_namespace_is_validated_naming_the_flag() {
         let opts = InjectOptions {
             idle_namespace: "idle,*".into(),
@@ -938,7 +910,7 @@ mod tests {
     fn app_command_forms() {
         assert_eq!(
             parse_app_command("node --no-warnings src/app.js").unwrap(),
-            super::super::PASSMOWER_APP_COMMAND
+            super::super::names::PASSMOWER_APP_COMMAND
         );
         assert_eq!(
             parse_app_command(r#"["sh", "-c", "exec a b"]"#).unwrap(),

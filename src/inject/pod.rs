@@ -1,14 +1,17 @@
 //! The Pod front door of the injection: the pod-spec rewrite `inject` applies to a workload's
 //! template, applied to a Pod as the admission webhook receives it.
 
-use serde_norway::{Mapping, Value};
+use serde_norway::Value;
 
-use super::workload::{
-    self, at, str_at, PodSite, BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME, INSTALL_CONTAINER,
+use super::error::InjectError;
+use super::names::{
+    BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME, INJECTED_ANNOTATION, INSTALL_CONTAINER,
+    LEASE_ANNOTATION, VERSION, WARNINGS_ANNOTATION,
 };
-use super::{
-    InjectError, InjectOptions, INJECTED_ANNOTATION, LEASE_ANNOTATION, VERSION, WARNINGS_ANNOTATION,
-};
+use super::options::InjectOptions;
+use super::target::PodSite;
+use super::value::{at, child_mapping, str_at};
+use super::workload;
 
 /// What the injection made of one Pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,22 +120,6 @@ pub fn not_a_target(pod: &Value, container: &str) -> Option<String> {
         return Some(format!("{describe} has no container named {container:?}"));
     }
     None
-}
-
-/// The mapping at `path`, created where missing or null.
-fn child_mapping<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Mapping> {
-    let mut current = root;
-    for key in path {
-        let map = current.as_mapping_mut()?;
-        let slot = map
-            .entry(Value::from(*key))
-            .or_insert_with(|| Value::Mapping(Mapping::new()));
-        if slot.is_null() {
-            *slot = Value::Mapping(Mapping::new());
-        }
-        current = slot;
-    }
-    current.as_mapping_mut()
 }
 
 #[cfg(test)]

@@ -12,10 +12,11 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_norway::{Mapping, Value};
+use serde_norway::Value;
 
-use super::workload::{to_value, WorkloadInfo};
-use super::{GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
+use super::names::{GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
+use super::target::Target;
+use super::value::to_value;
 
 /// An object `inject` adds, with what the operator should know about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +78,7 @@ pub fn pdb_selector(value: &Value) -> Option<(Option<String>, Value)> {
     Some((namespace, value.get("spec")?.get("selector")?.clone()))
 }
 
-fn metadata(info: &WorkloadInfo, name: String) -> ObjectMeta {
+fn metadata(info: &Target, name: String) -> ObjectMeta {
     let mut labels = std::collections::BTreeMap::from([
         (
             "app.kubernetes.io/name".to_owned(),
@@ -194,7 +195,7 @@ pub fn native_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
 /// The Role and RoleBinding of `--passmower-election=fence-only`: Passmower's own election on
 /// `info.lease`. Added whatever the stream grants already (RBAC only adds up): without them its
 /// election meets a 403 and runs the operators in every pod.
-pub fn native_lease_companions(info: &WorkloadInfo) -> Vec<Generated> {
+pub fn native_lease_companions(info: &Target) -> Vec<Generated> {
     let role_name = format!("{}-leader-election", info.name);
     let role = Role {
         metadata: metadata(info, role_name.clone()),
@@ -224,7 +225,7 @@ pub fn native_lease_companions(info: &WorkloadInfo) -> Vec<Generated> {
 }
 
 /// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
-pub fn companions(info: &WorkloadInfo, with_pdb: bool) -> Vec<Generated> {
+pub fn companions(info: &Target, with_pdb: bool) -> Vec<Generated> {
     let role_name = format!("{}-elector", info.name);
     let role = Role {
         metadata: metadata(info, role_name.clone()),
@@ -260,7 +261,7 @@ pub fn companions(info: &WorkloadInfo, with_pdb: bool) -> Vec<Generated> {
 /// The budget: at most one of the workload's pods evicted at a time. It never blocks a drain
 /// (a `minAvailable: 1` budget over one replica does, forever), and with two or more replicas
 /// it keeps one serving and able to take over the Lease while another moves.
-fn pdb(info: &WorkloadInfo) -> Generated {
+fn pdb(info: &Target) -> Generated {
     let mut notes = Vec::new();
     match info.replicas {
         Some(n) if n >= 2 => {}
@@ -381,48 +382,18 @@ pub fn deny_idle_namespace(idle: &str, namespace: Option<&str>, workload: &str) 
     vec![to_value(&policy), to_value(&binding)]
 }
 
-/// Puts the keys people read first at the front of every mapping, keeping the rest in order.
-pub fn reorder(value: &mut Value) {
-    const FIRST: [&str; 10] = [
-        "apiVersion",
-        "kind",
-        "metadata",
-        "name",
-        "namespace",
-        "labels",
-        "annotations",
-        "image",
-        "command",
-        "args",
-    ];
-    match value {
-        Value::Mapping(map) => {
-            let mut sorted = Mapping::new();
-            for key in FIRST {
-                if let Some(v) = map.remove(key) {
-                    sorted.insert(key.into(), v);
-                }
-            }
-            for (k, v) in std::mem::take(map) {
-                sorted.insert(k, v);
-            }
-            for (_, v) in sorted.iter_mut() {
-                reorder(v);
-            }
-            *map = sorted;
-        }
-        Value::Sequence(items) => items.iter_mut().for_each(reorder),
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::inject::WorkloadKind;
+    use serde_norway::Mapping;
 
-    fn info(replicas: Option<u64>) -> WorkloadInfo {
-        WorkloadInfo {
+    fn info(replicas: Option<u64>) -> Target {
+        Target {
+            document: 1,
+            injected_by: None,
+            election_annotation: None,
+            pod_labels: Mapping::new(),
             kind: WorkloadKind::Deployment,
             name: "passmower".into(),
             namespace: Some("auth".into()),
@@ -501,16 +472,6 @@ mod tests {
         assert_ne!(
             deny_policy_name(Some("a"), "passmower"),
             deny_policy_name(Some("b"), "passmower")
-        );
-    }
-
-    #[test]
-    fn reorder_puts_identity_first() {
-        let mut v: Value = serde_norway::from_str("b: 1\nname: x\nkind: K\n").unwrap();
-        reorder(&mut v);
-        assert_eq!(
-            serde_norway::to_string(&v).unwrap(),
-            "kind: K\nname: x\nb: 1\n"
         );
     }
 }

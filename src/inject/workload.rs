@@ -15,253 +15,24 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
+use super::error::InjectError;
 use super::identity::AppIdentity;
-use super::{
-    InjectError, InjectOptions, KubeVersion, DEFAULT_CONTAINER, INJECTED_ANNOTATION,
-    LEASE_ANNOTATION, PASSMOWER_APP_COMMAND, VERSION, WARNINGS_ANNOTATION,
+use super::names::{
+    WorkloadKind, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER, DRAIN_SECONDS, ELECTOR_CONTAINER,
+    FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION, INSTALL_CONTAINER,
+    LEADER_SELECTOR_VAR, LEASE_ANNOTATION, PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, SIDECAR_UID,
+    VERSION, WARNINGS_ANNOTATION,
 };
+use super::native_election::{self, PassmowerElection};
+use super::options::{AppOnChange, InjectOptions, KubeVersion};
+use super::target::{PodSite, Target};
+use super::value::{append, child_mapping, str_at, to_value};
 
-/// Where the flag file lives (the `elect` / `supervise` default, shared by both containers).
-pub const FLAG_DIR: &str = "/var/run/passmower-elector";
-/// Where `copy-self` puts the binary for the app container.
-pub const BIN_DIR: &str = "/var/run/passmower-elector-bin";
-/// The binary inside the sidecar image (see Dockerfile.sidecar).
-pub const IMAGE_BINARY: &str = "/usr/local/bin/passmower-elector";
-pub const FLAG_VOLUME: &str = "passmower-elector-grant";
-pub const BIN_VOLUME: &str = "passmower-elector-bin";
-pub const ELECTOR_CONTAINER: &str = "passmower-elector";
-pub const INSTALL_CONTAINER: &str = "passmower-elector-install";
-pub const PROBE_PORT_NAME: &str = "elector-probe";
-/// The env var that carries a `valueFrom` NAMESPACE_SELECTOR to the supervisor's arguments,
-/// where the kubelet expands `$(VAR)`: the real NAMESPACE_SELECTOR is set per mode.
-pub const LEADER_SELECTOR_VAR: &str = "PASSMOWER_ELECTOR_LEADER_NAMESPACE_SELECTOR";
 const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
 /// Kubernetes' default when a pod spec sets none.
 const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
 /// Time beyond the kill grace for the elector to write the demotion and release the Lease.
 const RELEASE_ALLOWANCE_SECONDS: u64 = 5;
-/// The app container's `preStop` sleep: a pod marked for deletion leaves its Service's ready
-/// endpoints at once, but kube-proxy (and any other load balancer) routes to it until it has
-/// caught up; measured on the one-node cluster, a rollout lost requests through the Service
-/// to pods whose app had already stopped. Five seconds covers kube-proxy's sync with room.
-pub const DRAIN_SECONDS: u64 = 5;
-/// The UID/GID of the sidecar image's user (distroless "nonroot").
-pub(crate) const SIDECAR_UID: i64 = 65532;
-
-/// Workload kinds `inject` knows how to rewrite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum WorkloadKind {
-    #[value(name = "Deployment", alias = "deployment")]
-    Deployment,
-    #[value(name = "StatefulSet", alias = "statefulset")]
-    StatefulSet,
-}
-
-impl WorkloadKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadKind::Deployment => "Deployment",
-            WorkloadKind::StatefulSet => "StatefulSet",
-        }
-    }
-
-    fn parse(kind: &str) -> Option<Self> {
-        match kind {
-            "Deployment" => Some(WorkloadKind::Deployment),
-            "StatefulSet" => Some(WorkloadKind::StatefulSet),
-            _ => None,
-        }
-    }
-}
-
-/// A workload the options aim at: right kind, with the target container.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub document: usize,
-    pub kind: WorkloadKind,
-    pub name: String,
-    pub namespace: Option<String>,
-    /// The version in our marker annotation when already injected.
-    pub injected_by: Option<String>,
-    lease_annotation: Option<String>,
-    /// The `--passmower-election` mode an earlier `inject` wrote (only `fence-only` is).
-    pub election_annotation: Option<String>,
-    service_account: String,
-    selector: Value,
-    pub replicas: Option<u64>,
-    labels: Mapping,
-    pod_labels: Mapping,
-}
-
-/// What the companion objects (RBAC, PDB) need to know about an injected workload.
-#[derive(Debug, Clone)]
-pub struct WorkloadInfo {
-    pub kind: WorkloadKind,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub service_account: String,
-    /// `spec.selector` as written, reused verbatim by the PodDisruptionBudget.
-    pub selector: Value,
-    /// `spec.replicas`; `None` when unset (Kubernetes then runs 1, or an autoscaler decides).
-    pub replicas: Option<u64>,
-    pub labels: Mapping,
-    pub lease: String,
-}
-
-pub(crate) fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
-    at(value, path)?.as_str()
-}
-
-pub(crate) fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(value, |v, key| v.get(key))
-}
-
-impl Target {
-    /// Returns the target in `doc`, if it is one. Structural problems are errors only once the
-    /// document is clearly aimed at (right kind, target container present).
-    pub fn find(
-        value: &Value,
-        document: usize,
-        opts: &InjectOptions,
-    ) -> Result<Option<Target>, InjectError> {
-        let Some(kind) = str_at(value, &["kind"]).and_then(WorkloadKind::parse) else {
-            return Ok(None);
-        };
-        if !opts.kinds.contains(&kind)
-            || !str_at(value, &["apiVersion"]).is_some_and(|v| v.starts_with("apps/"))
-        {
-            return Ok(None);
-        }
-        let has_container = at(value, &["spec", "template", "spec", "containers"])
-            .and_then(Value::as_sequence)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
-            });
-        if !has_container {
-            return Ok(None);
-        }
-        let fail = |workload: String, reason: &str| InjectError::Manifest {
-            document,
-            workload,
-            reason: reason.to_owned(),
-        };
-        let name = str_at(value, &["metadata", "name"])
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| fail(kind.as_str().into(), "metadata.name is missing"))?
-            .to_owned();
-        let namespace = str_at(value, &["metadata", "namespace"]).map(str::to_owned);
-        let describe = format!("{}/{}", kind.as_str(), name);
-        let selector = at(value, &["spec", "selector"])
-            .filter(|s| s.is_mapping())
-            .cloned()
-            .ok_or_else(|| fail(describe.clone(), "spec.selector is missing"))?;
-        let annotation = |key: &str| {
-            at(value, &["metadata", "annotations", key])
-                .and_then(scalar_string)
-                .map(str::to_owned)
-        };
-        Ok(Some(Target {
-            document,
-            kind,
-            name,
-            namespace,
-            injected_by: annotation(INJECTED_ANNOTATION),
-            lease_annotation: annotation(LEASE_ANNOTATION),
-            election_annotation: annotation(super::native_election::MODE_ANNOTATION),
-            service_account: str_at(value, &["spec", "template", "spec", "serviceAccountName"])
-                .or_else(|| str_at(value, &["spec", "template", "spec", "serviceAccount"]))
-                .filter(|s| !s.is_empty())
-                .unwrap_or("default")
-                .to_owned(),
-            selector,
-            replicas: at(value, &["spec", "replicas"]).and_then(Value::as_u64),
-            labels: at(value, &["metadata", "labels"])
-                .and_then(Value::as_mapping)
-                .cloned()
-                .unwrap_or_default(),
-            pod_labels: at(value, &["spec", "template", "metadata", "labels"])
-                .and_then(Value::as_mapping)
-                .cloned()
-                .unwrap_or_default(),
-        }))
-    }
-
-    /// The namespace and labels of the workload's pods (what a PodMonitor selects).
-    pub fn pod_labels(&self) -> (Option<String>, Mapping) {
-        (self.namespace.clone(), self.pod_labels.clone())
-    }
-
-    /// `Kind/name`, for messages.
-    pub fn describe(&self) -> String {
-        format!("{}/{}", self.kind.as_str(), self.name)
-    }
-
-    fn lease(&self, opts: &InjectOptions) -> String {
-        self.lease_annotation
-            .clone()
-            .or_else(|| opts.lease_name.clone())
-            .unwrap_or_else(|| self.name.clone())
-    }
-
-    pub fn info(&self, opts: &InjectOptions) -> WorkloadInfo {
-        WorkloadInfo {
-            kind: self.kind,
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            service_account: self.service_account.clone(),
-            selector: self.selector.clone(),
-            replicas: self.replicas,
-            labels: self.labels.clone(),
-            lease: self.lease(opts),
-        }
-    }
-
-    fn error(&self, reason: impl Into<String>) -> InjectError {
-        InjectError::Manifest {
-            document: self.document,
-            workload: self.describe(),
-            reason: reason.into(),
-        }
-    }
-}
-
-fn scalar_string(v: &Value) -> Option<&str> {
-    v.as_str()
-}
-
-/// Where a pod spec sits and how messages name it: a workload's template (`inject`) or a Pod
-/// itself (`webhook`). The rewrite is the same; only the names in its messages differ.
-#[derive(Debug, Clone)]
-pub struct PodSite {
-    /// The document of the stream (1-based; 0 for an admission request).
-    pub document: usize,
-    /// `Kind/name` of the object, for messages.
-    pub workload: String,
-    /// The pod spec's path in the object, for messages: `spec.template.spec` or `spec`.
-    pub path: &'static str,
-}
-
-impl PodSite {
-    fn error(&self, reason: impl Into<String>) -> InjectError {
-        InjectError::Manifest {
-            document: self.document,
-            workload: self.workload.clone(),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl Target {
-    fn site(&self) -> PodSite {
-        PodSite {
-            document: self.document,
-            workload: self.describe(),
-            path: "spec.template.spec",
-        }
-    }
-}
-
 /// Rewrites `root` (a target workload) in place: its pod template, its rollout strategy and
 /// its annotations.
 pub fn rewrite(
@@ -269,11 +40,10 @@ pub fn rewrite(
     target: &Target,
     opts: &InjectOptions,
     warnings: &mut Vec<String>,
-) -> Result<WorkloadInfo, InjectError> {
-    let info = target.info(opts);
+) -> Result<(), InjectError> {
     let pod = child_mapping(root, &["spec", "template", "spec"])
         .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?;
-    rewrite_pod_spec(pod, &target.site(), &info.lease, opts, warnings)?;
+    rewrite_pod_spec(pod, &target.site(), &target.lease, opts, warnings)?;
 
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
@@ -284,22 +54,22 @@ pub fn rewrite(
     let annotations = child_mapping(root, &["metadata", "annotations"])
         .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
     annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
-    annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    annotations.insert(LEASE_ANNOTATION.into(), target.lease.clone().into());
     if !warnings.is_empty() {
         annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
     }
-    Ok(info)
+    Ok(())
 }
 
 /// Rewrites `root` for `--passmower-election=fence-only`: no elector, no supervisor; the target
 /// container keeps its command and Passmower's own election, and gets `POD_NAME` (its holder
-/// identity) when it lacks it. The workload is annotated with upstream's Lease and the mode.
+/// identity) when it lacks it. The workload is annotated with upstream's Lease and the mode,
+/// which becomes the target's Lease.
 pub fn rewrite_fence_only(
     root: &mut Value,
-    target: &Target,
+    target: &mut Target,
     opts: &InjectOptions,
-) -> Result<WorkloadInfo, InjectError> {
-    let mut info = target.info(opts);
+) -> Result<(), InjectError> {
     let containers = child_mapping(root, &["spec", "template", "spec"])
         .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?
         .get_mut("containers")
@@ -310,7 +80,7 @@ pub fn rewrite_fence_only(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| target.error(format!("container {:?} is not a mapping", opts.container)))?;
-    info.lease = super::native_election::prepare_fence_only(
+    target.lease = native_election::prepare_fence_only(
         main,
         opts.lease_name.as_deref(),
         "spec.template.spec",
@@ -320,12 +90,12 @@ pub fn rewrite_fence_only(
     let annotations = child_mapping(root, &["metadata", "annotations"])
         .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
     annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
-    annotations.insert(LEASE_ANNOTATION.into(), info.lease.clone().into());
+    annotations.insert(LEASE_ANNOTATION.into(), target.lease.clone().into());
     annotations.insert(
-        super::native_election::MODE_ANNOTATION.into(),
-        super::PassmowerElection::FenceOnly.as_str().into(),
+        native_election::MODE_ANNOTATION.into(),
+        PassmowerElection::FenceOnly.as_str().into(),
     );
-    Ok(info)
+    Ok(())
 }
 
 /// The one pod rewrite both front doors share: wraps the target container with `supervise`,
@@ -396,7 +166,7 @@ pub fn rewrite_pod_spec(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
-    super::native_election::disable_native_election(
+    native_election::disable_native_election(
         main,
         opts.passmower_election,
         &site.workload,
@@ -404,7 +174,7 @@ pub fn rewrite_pod_spec(
         &opts.container,
         warnings,
     );
-    super::native_election::check_lease_clash(main, lease, &opts.container)
+    native_election::check_lease_clash(main, lease, &opts.container)
         .map_err(|reason| site.error(reason))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
     let drain = add_drain(main, site, opts, warnings);
@@ -606,13 +376,13 @@ fn wrap_main_container(
 /// takeover would otherwise stay missing until the OIDCClient changes.
 fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
     let mut flags = match opts.app_on_change() {
-        super::AppOnChange::LeaderInstance => vec![
+        AppOnChange::LeaderInstance => vec![
             "--on-change=leader-instance".to_owned(),
             "--leader-port-map=*=0".to_owned(),
         ],
-        super::AppOnChange::Restart => Vec::new(),
+        AppOnChange::Restart => Vec::new(),
     };
-    if opts.container == super::DEFAULT_CONTAINER {
+    if opts.container == DEFAULT_CONTAINER {
         flags.push("--converge-oidc-clients".to_owned());
     }
     flags
@@ -872,45 +642,10 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// Converts a typed object to YAML, with `name` first in every mapping (as people write it).
-pub fn to_value<T: serde::Serialize>(typed: &T) -> Value {
-    let mut value = serde_norway::to_value(typed).unwrap_or_default();
-    super::rbac::reorder(&mut value);
-    value
-}
-
-/// The mapping at `path` below `root`, created (as empty mappings) where missing or null.
-fn child_mapping<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Mapping> {
-    let mut current = root;
-    for key in path {
-        let map = current.as_mapping_mut()?;
-        let slot = map
-            .entry(Value::from(*key))
-            .or_insert_with(|| Value::Mapping(Mapping::new()));
-        if slot.is_null() {
-            *slot = Value::Mapping(Mapping::new());
-        }
-        current = slot;
-    }
-    current.as_mapping_mut()
-}
-
-/// Appends to the list under `key`, creating it when absent or null.
-fn append(map: &mut Mapping, key: &str, item: Value) -> Result<(), ()> {
-    let slot = map
-        .entry(Value::from(key))
-        .or_insert_with(|| Value::Sequence(Vec::new()));
-    if slot.is_null() {
-        *slot = Value::Sequence(Vec::new());
-    }
-    slot.as_sequence_mut().ok_or(())?.push(item);
-    Ok(())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
-    pub(crate) use super::SIDECAR_UID;
     use super::*;
+    use crate::inject::value::at;
     use crate::inject::yaml::parse_stream;
 
     pub(crate) fn opts() -> InjectOptions {

@@ -7,9 +7,10 @@ use serde_json::Value;
 use super::access::{Access, LeaseAccess};
 use super::patch;
 use super::review::{AdmissionRequest, AdmissionResponse};
+use crate::config::is_dns1123_subdomain;
 use crate::inject::{
-    describe_pod, inject_pod, is_dns1123_subdomain, not_a_target, parse_app_command, InjectError,
-    InjectOptions, PodOutcome, LEASE_ANNOTATION,
+    describe_pod, inject_pod, not_a_target, parse_app_command, InjectError, InjectOptions,
+    PodOutcome, LEASE_ANNOTATION,
 };
 
 /// Label (on a namespace or a pod) that opts in with `enabled`; on a pod, `disabled` opts out

@@ -234,7 +234,7 @@ impl WebhookArgs {
                 }
                 for name in &names {
                     let ip = name.parse::<std::net::IpAddr>().is_ok();
-                    if !ip && !crate::inject::is_dns1123_subdomain(name) {
+                    if !ip && !config::is_dns1123_subdomain(name) {
                         return Err(ConfigError::new(
                             "--tls-name",
                             name,
@@ -248,7 +248,7 @@ impl WebhookArgs {
                     .or_else(|| std::env::var("POD_NAME").ok())
                     .filter(|s| !s.is_empty());
                 if let Some(replica) = &replica {
-                    if !crate::inject::is_dns1123_subdomain(replica) || replica.len() > 64 {
+                    if !config::is_dns1123_subdomain(replica) || replica.len() > 64 {
                         return Err(ConfigError::new(
                             "--replica-name",
                             replica,

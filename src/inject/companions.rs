@@ -1,0 +1,246 @@
+//! Which companion objects a target gets, and whether the stream lets them be added: the Role,
+//! RoleBinding and PodDisruptionBudget, the write fence, the deny policy of the idle namespace.
+//! An object the stream already has is kept when `inject` generated it and refused otherwise;
+//! one ServiceAccount has one write fence, for one Lease.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_norway::Value;
+
+use super::error::InjectError;
+use super::fence;
+use super::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
+use super::native_election::PassmowerElection;
+use super::options::InjectOptions;
+use super::rbac::{self, Generated, ObjectKey};
+use super::target::Target;
+
+/// What the stream holds that companions must agree with, and what was emitted so far.
+pub(super) struct Companions<'a> {
+    opts: &'a InjectOptions,
+    /// Objects in the input, and whether `inject` generated them (idempotence, no shadowing).
+    existing: HashMap<ObjectKey, bool>,
+    /// Namespace and selector of each PodDisruptionBudget in the input.
+    existing_pdbs: Vec<(Option<String>, Value)>,
+    emitted: HashSet<ObjectKey>,
+    /// Each write fence in the stream or emitted so far, by name: the Lease it binds and whom
+    /// it was made for. One ServiceAccount has one fence.
+    fences: HashMap<String, FenceClaim>,
+}
+
+impl<'a> Companions<'a> {
+    pub(super) fn new(opts: &'a InjectOptions) -> Self {
+        Companions {
+            opts,
+            existing: HashMap::new(),
+            existing_pdbs: Vec::new(),
+            emitted: HashSet::new(),
+            fences: HashMap::new(),
+        }
+    }
+
+    /// Notes an object of the input (the first pass, before any target is rewritten).
+    pub(super) fn note(&mut self, object: &Value) {
+        if let Some(key) = ObjectKey::of(object) {
+            self.existing.insert(key, rbac::is_generated(object));
+        }
+        if let Some((name, claim)) = FenceClaim::of(object) {
+            self.fences.insert(name, claim);
+        }
+        if let Some(pdb) = rbac::pdb_selector(object) {
+            self.existing_pdbs.push(pdb);
+        }
+    }
+
+    /// The companions of `info` (found in `value`, which `already_injected` says an earlier
+    /// `inject` rewrote) that are not yet in the stream nor emitted.
+    pub(super) fn for_target(
+        &mut self,
+        info: &Target,
+        value: &Value,
+        already_injected: bool,
+    ) -> Result<Vec<Generated>, InjectError> {
+        let opts = self.opts;
+        let document = info.document;
+        let workload = info.describe();
+        let fence_only = opts.passmower_election == PassmowerElection::FenceOnly;
+        let mut generated = Vec::new();
+        if fence_only {
+            generated = rbac::native_lease_companions(info);
+        } else if !opts.workload_only {
+            let has_own_pdb = self
+                .existing_pdbs
+                .iter()
+                .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);
+            generated = rbac::companions(info, !has_own_pdb);
+        }
+        if !opts.workload_only && opts.fence {
+            if already_injected && !fence_only && !elector_knows_its_pod_uid(value) {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: format!(
+                        "was injected by an earlier passmower-elector whose {ELECTOR_CONTAINER} \
+                         container has no POD_UID, so its holder identity names no pod UID and \
+                         the write fence would refuse every operator write of its leader: \
+                         inject the original manifests (the chart's output) again, or pass \
+                         --no-fence"
+                    ),
+                });
+            }
+            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
+                return Err(InjectError::Manifest {
+                    document,
+                    workload,
+                    reason: "names no namespace, and the write fence (a cluster-wide admission \
+                             policy) must name the namespace of its ServiceAccount and Lease: \
+                             pass --namespace NAMESPACE (the release namespace: helm gives a \
+                             post-renderer none), or --no-fence to install without it"
+                        .into(),
+                });
+            };
+            let target = fence::FenceTarget {
+                namespace,
+                service_account: &info.service_account,
+                lease: &info.lease,
+            };
+            let name = fence::fence_policy_name(namespace, &info.service_account);
+            let generated_for = format!("{}/{}", info.kind.as_str(), info.name);
+            let claim = FenceClaim {
+                lease: format!("{namespace}/{}", info.lease),
+                made_for: generated_for.clone(),
+            };
+            match self.fences.get(&name) {
+                Some(other) if other.lease != claim.lease => {
+                    return Err(InjectError::Manifest {
+                        document,
+                        workload,
+                        reason: format!(
+                            "runs as ServiceAccount {namespace}/{sa} with Lease {ours}, but the \
+                             write fence of that ServiceAccount ({name}, for {by}) binds Lease \
+                             {theirs}: the fence admits the ServiceAccount's operator writes \
+                             from the holder of one Lease only, so the other workload's leader \
+                             would be refused for ever. Give each workload its own \
+                             ServiceAccount, let them share one Lease (--lease-name {lease}), or \
+                             pass --no-fence",
+                            sa = info.service_account,
+                            ours = claim.lease,
+                            by = other.made_for,
+                            theirs = other.lease,
+                            lease = other.lease.rsplit('/').next().unwrap_or_default(),
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    self.fences.insert(name.clone(), claim);
+                }
+            }
+            let holder = if fence_only {
+                fence::Holder::PodName
+            } else {
+                fence::Holder::ElectorIdentity
+            };
+            for object in fence::write_fence_for(&name, &target, &generated_for, holder) {
+                generated.push(rbac::Generated {
+                    value: object,
+                    notes: Vec::new(),
+                });
+            }
+        }
+        // With --workload-only the chart installs the guard (its denyIdleNamespace).
+        if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
+            let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+            for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
+                generated.push(rbac::Generated {
+                    value: policy,
+                    notes: Vec::new(),
+                });
+            }
+        }
+        let mut new = Vec::new();
+        for companion in generated {
+            let key =
+                rbac::ObjectKey::of(&companion.value).ok_or_else(|| InjectError::Manifest {
+                    document,
+                    workload: workload.clone(),
+                    reason: "internal: generated object without kind or name".into(),
+                })?;
+            match self.existing.get(&key) {
+                Some(true) => continue,
+                Some(false) => {
+                    return Err(InjectError::Manifest {
+                        document,
+                        workload,
+                        reason: format!(
+                            "the stream already has {key} not generated by passmower-elector; \
+                             rename or remove it"
+                        ),
+                    })
+                }
+                None => {}
+            }
+            if self.emitted.insert(key) {
+                new.push(companion);
+            }
+        }
+        Ok(new)
+    }
+}
+
+/// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it
+/// was made for (its generated-for annotation).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct FenceClaim {
+    lease: String,
+    made_for: String,
+}
+
+impl FenceClaim {
+    /// The claim of a write fence binding (inject's or the chart's: both carry the
+    /// `write-fence` component label), or `None` for any other object.
+    fn of(value: &Value) -> Option<(String, FenceClaim)> {
+        let meta = value.get("metadata")?;
+        if value.get("kind")?.as_str()? != "ValidatingAdmissionPolicyBinding"
+            || meta
+                .get("labels")?
+                .get("app.kubernetes.io/component")?
+                .as_str()?
+                != "write-fence"
+        {
+            return None;
+        }
+        let param = value.get("spec")?.get("paramRef")?;
+        let lease = format!(
+            "{}/{}",
+            param.get("namespace").and_then(Value::as_str).unwrap_or(""),
+            param.get("name").and_then(Value::as_str).unwrap_or("")
+        );
+        let made_for = meta
+            .get("annotations")
+            .and_then(|a| a.get(GENERATED_FOR_ANNOTATION))
+            .and_then(Value::as_str)
+            .unwrap_or("another object of the stream")
+            .to_owned();
+        Some((
+            meta.get("name")?.as_str()?.to_owned(),
+            FenceClaim { lease, made_for },
+        ))
+    }
+}
+
+/// Whether the elector container of an injected workload's pod template sets `POD_UID`, which
+/// the write fence needs in the holder identity (output of builds before the fence lacks it).
+fn elector_knows_its_pod_uid(workload: &Value) -> bool {
+    let spec = &workload["spec"]["template"]["spec"];
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| spec[*list].as_sequence())
+        .flatten()
+        .filter(|c| c["name"].as_str() == Some(ELECTOR_CONTAINER))
+        .any(|c| {
+            c["env"]
+                .as_sequence()
+                .is_some_and(|env| env.iter().any(|e| e["name"].as_str() == Some("POD_UID")))
+        })
+}
