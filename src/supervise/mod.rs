@@ -47,6 +47,8 @@ mod follow;
 pub mod mode;
 mod port_map;
 mod serving;
+mod settings;
+mod status;
 mod stop;
 mod supervisor;
 mod toggle;
@@ -62,7 +64,8 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{parse_key_value, parse_positive_duration, ConfigError};
 use crate::grant;
 use mode::{Backoff, OnChange, OnFollower};
-use supervisor::{Settings, Supervisor};
+use settings::Settings;
+use supervisor::Supervisor;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -750,7 +753,7 @@ async fn run(p: Prepared) -> u8 {
     }
     let mut trust = trust::Trust::new(&p.flag_file, p.elector_uid);
     trust.reload();
-    let (status_tx, status_rx) = watch::channel(toggle::Status::default());
+    let (status_tx, status_rx) = watch::channel(status::Status::default());
     let (push_tx, push_rx) = mpsc::channel(16);
     let (obs_tx, obs_rx) = mpsc::unbounded_channel();
     let mut supervisor = Supervisor::new(p.settings, trust, status_tx);

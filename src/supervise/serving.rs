@@ -10,12 +10,12 @@
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use serde::Serialize;
 
 use super::child::{self, Exit};
 use super::mode::Backoff;
+use super::settings::Settings;
+use super::status::ServingStatus;
 use super::stop::GroupStop;
-use super::supervisor::Settings;
 use crate::clock::BootInstant;
 
 /// How often a stop checks whether the group is gone (as for the grant-following child).
@@ -38,16 +38,6 @@ enum State {
         stop: GroupStop,
         restart_at: Option<BootInstant>,
     },
-}
-
-/// What `GET /mode` says about the serving instance.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct ServingStatus {
-    /// Always `follower`: it runs with the follower environment.
-    pub mode: String,
-    pub pid: Option<i32>,
-    /// Restarts after it exited on its own.
-    pub restarts: u64,
 }
 
 #[derive(Debug)]

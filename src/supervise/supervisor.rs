@@ -5,7 +5,6 @@
 //! to reason about. A stop is a state, not an `await`: while the old group dies the loop keeps
 //! reaping, forwarding signals, answering `GET /mode` and queueing pushes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -16,12 +15,14 @@ use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::child::{self, Exit};
-use super::converge::{self, Converge, Outcome};
+use super::converge::{self, Outcome};
 use super::follow::Observation;
-use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
+use super::mode::{self, OnChange, SignalDemotion, Step, Verdict};
 use super::serving::Serving;
+use super::settings::Settings;
+use super::status::{ConvergeStatus, Status};
 use super::stop::GroupStop;
-use super::toggle::{ConvergeStatus, Push, Reply, Status};
+use super::toggle::{Push, Reply};
 use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
 use crate::grant::{self, Grant, Mode, Order};
@@ -32,35 +33,6 @@ pub const SIGNALS: [i32; 7] = [SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR
 /// How often a stop checks whether the old process group is gone. Short, because the restart
 /// path waits on it; SIGCHLD usually finishes the stop before the first tick.
 const STOP_POLL: Duration = Duration::from_millis(5);
-
-/// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The app command and its arguments.
-    pub command: Vec<String>,
-    /// Environment overrides in leader mode.
-    pub leader_env: Vec<(String, String)>,
-    /// Environment overrides in follower mode.
-    pub follower_env: Vec<(String, String)>,
-    /// Arguments appended to the command in leader mode.
-    pub leader_args: Vec<String>,
-    /// Arguments appended to the command in follower mode.
-    pub follower_args: Vec<String>,
-    /// Time between SIGTERM and SIGKILL to the group (never more than the elector's K, which
-    /// every grant announces).
-    pub kill_grace: Duration,
-    pub on_follower: OnFollower,
-    pub on_change: OnChange,
-    /// The flag file's `.ack` companion.
-    pub ack_file: PathBuf,
-    /// How often a failed start-up write of the ack file is retried (the flag file's re-read).
-    pub ack_retry: Duration,
-    /// Exit with the child's status when it exits on its own, instead of restarting it.
-    pub exit_with_child: bool,
-    pub backoff: Backoff,
-    /// `--converge-oidc-clients`: the check run before each leader start.
-    pub converge: Option<Converge>,
-}
 
 /// A finished promotion check: its number and what it found.
 type Converged = (u64, Result<Outcome, String>);
