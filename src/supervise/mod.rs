@@ -44,6 +44,7 @@
 mod child;
 pub mod converge;
 mod follow;
+mod instance;
 pub mod mode;
 mod port_map;
 mod serving;
