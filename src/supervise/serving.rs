@@ -10,49 +10,21 @@
 use std::time::Duration;
 
 use nix::unistd::Pid;
-use serde::Serialize;
 
-use super::child::{self, Exit};
+use super::child::Exit;
+use super::instance::{Ended, Instance};
 use super::mode::Backoff;
-use super::stop::GroupStop;
-use super::supervisor::Settings;
+use super::settings::Settings;
+use super::status::ServingStatus;
 use crate::clock::BootInstant;
-
-/// How often a stop checks whether the group is gone (as for the grant-following child).
-const STOP_POLL: Duration = Duration::from_millis(5);
-
-#[derive(Debug)]
-enum State {
-    /// Not running: before the first start, waiting out a restart backoff (`restart_at`), or
-    /// done at shutdown.
-    Idle {
-        restart_at: Option<BootInstant>,
-    },
-    Running {
-        pid: Pid,
-        started: BootInstant,
-    },
-    /// Its group is going: after it exited on its own (then `restart_at` follows), or at
-    /// shutdown.
-    Stopping {
-        stop: GroupStop,
-        restart_at: Option<BootInstant>,
-    },
-}
-
-/// What `GET /mode` says about the serving instance.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct ServingStatus {
-    /// Always `follower`: it runs with the follower environment.
-    pub mode: String,
-    pub pid: Option<i32>,
-    /// Restarts after it exited on its own.
-    pub restarts: u64,
-}
+use crate::grant::Mode;
 
 #[derive(Debug)]
 pub struct Serving {
-    state: State,
+    instance: Instance,
+    /// When it is restarted after it exited on its own or failed to start; kept while its group
+    /// stops and while the backoff runs.
+    restart_at: Option<BootInstant>,
     backoff: Backoff,
     restarts: u64,
     /// Set at shutdown: nothing starts again.
@@ -64,7 +36,8 @@ pub struct Serving {
 impl Serving {
     pub fn new(backoff: Backoff) -> Self {
         Serving {
-            state: State::Idle { restart_at: None },
+            instance: Instance::idle(),
+            restart_at: None,
             backoff,
             restarts: 0,
             shutting_down: false,
@@ -74,19 +47,16 @@ impl Serving {
 
     /// Starts it with the follower environment and arguments, unless it runs or is stopping.
     pub fn start(&mut self, settings: &Settings, now: BootInstant) {
-        if self.shutting_down || !matches!(self.state, State::Idle { .. }) {
+        if self.shutting_down || !self.instance.is_idle() {
             return;
         }
-        let after_crash = matches!(
-            self.state,
-            State::Idle {
-                restart_at: Some(_)
-            }
-        );
-        match child::spawn(
+        let after_crash = self.restart_at.is_some();
+        match self.instance.spawn(
             &settings.command,
             &settings.follower_args,
             &settings.follower_env,
+            Mode::Follower,
+            now,
         ) {
             Ok(pid) => {
                 if after_crash {
@@ -94,26 +64,20 @@ impl Serving {
                 }
                 tracing::info!(pid = pid.as_raw(), restarts = self.restarts,
                     "serving instance started (follower environment; it runs whatever the grant says)");
-                self.state = State::Running { pid, started: now };
+                self.restart_at = None;
             }
             Err(e) => {
                 let delay = self.backoff.on_exit(Duration::ZERO);
                 tracing::error!(command = ?settings.command, error = %e,
                     retry_in = %crate::config::human(delay), "cannot start the serving instance");
-                self.state = State::Idle {
-                    restart_at: Some(now.saturating_add(delay)),
-                };
+                self.restart_at = Some(now.saturating_add(delay));
             }
         }
     }
 
     /// The main process, while it may be signalled.
     pub fn main_pid(&self) -> Option<Pid> {
-        match &self.state {
-            State::Running { pid, .. } => Some(*pid),
-            State::Stopping { stop, .. } if stop.main_alive => Some(stop.pgid),
-            _ => None,
-        }
+        self.instance.main_pid()
     }
 
     /// Takes the exit of `pid` if it is this instance's main process. Returns `Some(exit)` when
@@ -125,62 +89,53 @@ impl Serving {
         now: BootInstant,
         kill_grace: Duration,
     ) -> Option<Option<Exit>> {
-        if self.main_pid() != Some(pid) {
-            return None;
-        }
+        let ended = self
+            .instance
+            .main_exited(pid, exit, |_| now.saturating_add(kill_grace))?;
         self.last_exit = Some(exit);
-        match &mut self.state {
-            State::Running { started, .. } => {
-                let ran = now.saturating_since(*started);
+        match ended {
+            Ended::OnItsOwn(r) => {
+                let ran = now.saturating_since(r.started);
                 let delay = self.backoff.on_exit(ran);
                 tracing::warn!(pid = pid.as_raw(), %exit, ran_for = %crate::config::human(ran),
                     restart_in = %crate::config::human(delay),
                     "serving instance exited on its own; restarting");
-                self.state = State::Stopping {
-                    stop: GroupStop::exited(pid, exit, now.saturating_add(kill_grace)),
-                    restart_at: Some(now.saturating_add(delay)),
-                };
+                self.restart_at = Some(now.saturating_add(delay));
                 Some(Some(exit))
             }
-            State::Stopping { stop, .. } => {
+            Ended::Stopped { .. } => {
                 tracing::info!(pid = pid.as_raw(), %exit, "serving instance stopped");
-                stop.main_exited(exit);
                 Some(None)
             }
-            State::Idle { .. } => Some(None),
         }
     }
 
     /// When the loop must call [`Serving::tick`] next.
     pub fn wake_at(&self, now: BootInstant) -> Option<BootInstant> {
-        match &self.state {
-            State::Idle { restart_at } if !self.shutting_down => *restart_at,
-            State::Stopping { .. } => Some(now.saturating_add(STOP_POLL)),
-            _ => None,
+        if self.instance.is_stopping() {
+            self.instance.wake_at(now)
+        } else if self.instance.is_idle() && !self.shutting_down {
+            self.restart_at
+        } else {
+            None
         }
     }
 
     /// Advances a stop and starts a restart that is due.
     pub fn tick(&mut self, settings: &Settings, now: BootInstant) {
-        if let State::Stopping { stop, restart_at } = &mut self.state {
-            if !stop.progress(now) {
+        if self.instance.is_stopping() {
+            let Some(gone) = self.instance.progress(now) else {
                 return;
-            }
+            };
             tracing::debug!(
-                pgid = stop.pgid.as_raw(),
+                pgid = gone.pgid.as_raw(),
                 "serving instance's process group gone"
             );
-            let restart_at = if self.shutting_down {
-                None
-            } else {
-                *restart_at
-            };
-            self.state = State::Idle { restart_at };
+            if self.shutting_down {
+                self.restart_at = None;
+            }
         }
-        if let State::Idle {
-            restart_at: Some(at),
-        } = self.state
-        {
+        if let (true, Some(at)) = (self.instance.is_idle(), self.restart_at) {
             if now >= at {
                 self.start(settings, now);
             }
@@ -194,42 +149,23 @@ impl Serving {
             return;
         }
         self.shutting_down = true;
-        let kill_at = now.saturating_add(kill_grace);
-        self.state = match std::mem::replace(&mut self.state, State::Idle { restart_at: None }) {
-            State::Running { pid, .. } if signalled => State::Stopping {
-                stop: GroupStop::signalled(pid, kill_at),
-                restart_at: None,
-            },
-            State::Running { pid, .. } => {
-                tracing::info!(
-                    pid = pid.as_raw(),
-                    "stopping the serving instance's process group"
-                );
-                State::Stopping {
-                    stop: GroupStop::begin(pid, kill_at, now),
-                    restart_at: None,
-                }
-            }
-            State::Stopping { stop, .. } => State::Stopping {
-                stop,
-                restart_at: None,
-            },
-            State::Idle { .. } => State::Idle { restart_at: None },
-        };
-        self.tick_after_shutdown(now);
-    }
-
-    fn tick_after_shutdown(&mut self, now: BootInstant) {
-        if let State::Stopping { stop, .. } = &mut self.state {
-            if stop.progress(now) {
-                self.state = State::Idle { restart_at: None };
-            }
+        self.restart_at = None;
+        let kill_at = |_| now.saturating_add(kill_grace);
+        if signalled {
+            self.instance.signalled(kill_at);
+        } else if let Some(pid) = self.instance.running().map(|r| r.pid) {
+            tracing::info!(
+                pid = pid.as_raw(),
+                "stopping the serving instance's process group"
+            );
+            self.instance.stop(now, kill_at);
         }
+        self.instance.progress(now);
     }
 
     /// Whether it is down for good (shut down and its group gone).
     pub fn gone(&self) -> bool {
-        self.shutting_down && matches!(self.state, State::Idle { .. })
+        self.shutting_down && self.instance.is_idle()
     }
 
     /// How it last ended.
@@ -238,13 +174,9 @@ impl Serving {
     }
 
     pub fn status(&self) -> ServingStatus {
-        let pid = match &self.state {
-            State::Running { pid, .. } => Some(pid.as_raw()),
-            _ => None,
-        };
         ServingStatus {
             mode: "follower".to_owned(),
-            pid,
+            pid: self.instance.running().map(|r| r.pid.as_raw()),
             restarts: self.restarts,
         }
     }

@@ -5,7 +5,6 @@
 //! to reason about. A stop is a state, not an `await`: while the old group dies the loop keeps
 //! reaping, forwarding signals, answering `GET /mode` and queueing pushes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -16,51 +15,20 @@ use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::child::{self, Exit};
-use super::converge::{self, Converge, Outcome};
+use super::converge::{self, Outcome};
 use super::follow::Observation;
-use super::mode::{self, Backoff, OnChange, OnFollower, SignalDemotion, Step, Verdict};
+use super::instance::{self, Ended, Instance};
+use super::mode::{self, OnChange, SignalDemotion, Step, Verdict};
 use super::serving::Serving;
-use super::stop::GroupStop;
-use super::toggle::{ConvergeStatus, Push, Reply, Status};
+use super::settings::Settings;
+use super::status::{ConvergeStatus, Status};
+use super::toggle::{Push, Reply};
 use super::trust::{LogThrottle, Trust};
 use crate::clock::{self, BootInstant};
 use crate::grant::{self, Grant, Mode, Order};
 
 /// Signals the supervisor handles; all but SIGCHLD are forwarded to the child.
 pub const SIGNALS: [i32; 7] = [SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2];
-
-/// How often a stop checks whether the old process group is gone. Short, because the restart
-/// path waits on it; SIGCHLD usually finishes the stop before the first tick.
-const STOP_POLL: Duration = Duration::from_millis(5);
-
-/// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The app command and its arguments.
-    pub command: Vec<String>,
-    /// Environment overrides in leader mode.
-    pub leader_env: Vec<(String, String)>,
-    /// Environment overrides in follower mode.
-    pub follower_env: Vec<(String, String)>,
-    /// Arguments appended to the command in leader mode.
-    pub leader_args: Vec<String>,
-    /// Arguments appended to the command in follower mode.
-    pub follower_args: Vec<String>,
-    /// Time between SIGTERM and SIGKILL to the group (never more than the elector's K, which
-    /// every grant announces).
-    pub kill_grace: Duration,
-    pub on_follower: OnFollower,
-    pub on_change: OnChange,
-    /// The flag file's `.ack` companion.
-    pub ack_file: PathBuf,
-    /// How often a failed start-up write of the ack file is retried (the flag file's re-read).
-    pub ack_retry: Duration,
-    /// Exit with the child's status when it exits on its own, instead of restarting it.
-    pub exit_with_child: bool,
-    pub backoff: Backoff,
-    /// `--converge-oidc-clients`: the check run before each leader start.
-    pub converge: Option<Converge>,
-}
 
 /// A finished promotion check: its number and what it found.
 type Converged = (u64, Result<Outcome, String>);
@@ -78,26 +46,6 @@ struct ConvergeState {
     /// The start the check delays is a restart after a crash.
     after_crash: bool,
     status: ConvergeStatus,
-}
-
-/// The child's state.
-#[derive(Debug)]
-enum ChildState {
-    /// Nothing runs (follower with `--on-follower=stop`, or waiting out a restart backoff).
-    Idle,
-    Running(Running),
-    /// The old process group is being stopped; nothing new starts until it is gone.
-    Stopping(GroupStop),
-}
-
-#[derive(Debug)]
-struct Running {
-    pid: Pid,
-    mode: Mode,
-    started: BootInstant,
-    /// With `--on-change=signal:`, after a demotion signal: the app has until then (the kill
-    /// grace after the signal) to stop operator work, so the demotion is not acked before.
-    demoting_until: Option<BootInstant>,
 }
 
 /// An answer owed to a push; given once the loop has settled.
@@ -122,7 +70,9 @@ pub struct Supervisor {
     obeyed: Option<Grant>,
     /// The flag file went missing or unreadable after the last object: follower until a newer one.
     demoted_locally: bool,
-    child: ChildState,
+    /// The grant-following child: the app in `restart` and `signal:` modes, the leader instance
+    /// with `--on-change=leader-instance`.
+    child: Instance,
     /// A crashed child's mode and the time before which it must not be restarted.
     crash_hold: Option<(Mode, BootInstant)>,
     restarts: u64,
@@ -167,7 +117,7 @@ impl Supervisor {
             settings,
             obeyed: None,
             demoted_locally: false,
-            child: ChildState::Idle,
+            child: Instance::idle(),
             crash_hold: None,
             restarts: 0,
             pending: Vec::new(),
@@ -268,10 +218,10 @@ impl Supervisor {
             self.publish();
             let leader_until = self.leader_deadline();
             let restart_at = match (&self.child, self.crash_hold) {
-                (ChildState::Idle, Some((_, at))) => Some(at),
+                (child, Some((_, at))) if child.is_idle() => Some(at),
                 _ => None,
             };
-            let stopping = matches!(self.child, ChildState::Stopping(_));
+            let stopping = self.child.is_stopping();
             let demoted_at = self.demoting_until();
             let serving_at = self
                 .serving
@@ -297,7 +247,7 @@ impl Supervisor {
                         self.reconcile();
                     }
                 }
-                _ = tokio::time::sleep(STOP_POLL), if stopping => self.progress_stop(),
+                _ = tokio::time::sleep(instance::STOP_POLL), if stopping => self.progress_stop(),
                 _ = sleep_until(serving_at) => {
                     if let Some(serving) = &mut self.serving {
                         serving.tick(&self.settings, BootInstant::now());
@@ -330,10 +280,7 @@ impl Supervisor {
 
     /// When a demotion by signal takes effect, while one is in flight.
     fn demoting_until(&self) -> Option<BootInstant> {
-        match &self.child {
-            ChildState::Running(r) => r.demoting_until,
-            _ => None,
-        }
+        self.child.running().and_then(|r| r.demoting_until)
     }
 
     /// The mode the supervisor must be in now (ignoring shutdown).
@@ -375,7 +322,7 @@ impl Supervisor {
         let Ok(signal) = Signal::try_from(sig) else {
             return;
         };
-        if let Some(pid) = self.main_pid() {
+        if let Some(pid) = self.child.main_pid() {
             child::signal(pid, signal);
         }
         if let Some(pid) = self.serving.as_ref().and_then(Serving::main_pid) {
@@ -390,13 +337,8 @@ impl Supervisor {
             if let Some(serving) = &mut self.serving {
                 serving.shutdown(true, BootInstant::now(), grace);
             }
-            match std::mem::replace(&mut self.child, ChildState::Idle) {
-                ChildState::Running(r) => {
-                    let kill_at = self.kill_deadline(r.mode, BootInstant::now());
-                    self.child = ChildState::Stopping(GroupStop::signalled(r.pid, kill_at));
-                }
-                other => self.child = other,
-            }
+            let kill_at = self.kill_deadline(BootInstant::now());
+            self.child.signalled(kill_at);
             self.crash_hold = None;
             self.reconcile();
         }
@@ -440,38 +382,32 @@ impl Supervisor {
         }
     }
 
-    fn main_pid(&self) -> Option<Pid> {
-        match &self.child {
-            ChildState::Running(r) => Some(r.pid),
-            ChildState::Stopping(s) if s.main_alive => Some(s.pgid),
-            _ => None,
-        }
-    }
-
     fn reap(&mut self) {
         for (pid, exit) in child::reap_all() {
             if self.serving_exited(pid, exit) {
                 continue;
             }
-            if Some(pid) == self.main_pid() {
-                self.on_main_exit(exit);
-            } else {
+            if !self.on_main_exit(pid, exit) {
                 tracing::debug!(pid = pid.as_raw(), %exit, "reaped an orphaned process");
             }
         }
-        if matches!(self.child, ChildState::Stopping(_)) {
+        if self.child.is_stopping() {
             self.progress_stop();
         }
     }
 
-    fn on_main_exit(&mut self, exit: Exit) {
+    /// Takes `pid`'s exit if it is the child's main process; false if it is not.
+    fn on_main_exit(&mut self, pid: Pid, exit: Exit) -> bool {
         let now = BootInstant::now();
-        match &mut self.child {
-            ChildState::Stopping(s) => {
-                tracing::info!(pid = s.pgid.as_raw(), %exit, "child stopped");
-                s.main_exited(exit);
+        // Whatever it left behind in its group goes before anything new starts; a leader's
+        // leftovers no later than the kill grace after its grant's expiry.
+        let kill_at = self.kill_deadline(now);
+        match self.child.main_exited(pid, exit, kill_at) {
+            None => return false,
+            Some(Ended::Stopped { pgid }) => {
+                tracing::info!(pid = pgid.as_raw(), %exit, "child stopped");
             }
-            ChildState::Running(r) => {
+            Some(Ended::OnItsOwn(r)) => {
                 let ran = now.saturating_since(r.started);
                 let (pid, mode) = (r.pid, r.mode);
                 if self.settings.exit_with_child {
@@ -492,50 +428,44 @@ impl Supervisor {
                         restart_in = %crate::config::human(delay), "child exited on its own; restarting");
                     self.crash_hold = Some((mode, now.saturating_add(delay)));
                 }
-                // Whatever it left behind in its group goes before anything new starts; a
-                // leader's leftovers no later than the kill grace after its grant's expiry.
-                self.child = ChildState::Stopping(GroupStop::exited(
-                    pid,
-                    exit,
-                    self.kill_deadline(mode, now),
-                ));
             }
-            ChildState::Idle => {}
         }
+        true
     }
 
-    /// When SIGKILL is due for a child in `mode` whose stop begins at `now`: the kill grace from
+    /// When SIGKILL is due for a child in a mode whose stop begins at `now`: the kill grace from
     /// now, but for a leader never later than the kill grace after its grant's expiry.
-    fn kill_deadline(&self, mode: Mode, now: BootInstant) -> BootInstant {
-        let lapsed = match mode {
-            Mode::Leader => self.leader_expiry,
-            _ => None,
-        };
-        mode::kill_deadline(now, self.kill_grace(), lapsed)
+    fn kill_deadline(&self, now: BootInstant) -> impl Fn(Mode) -> BootInstant {
+        let (grace, expiry) = (self.kill_grace(), self.leader_expiry);
+        move |mode| {
+            let lapsed = match mode {
+                Mode::Leader => expiry,
+                _ => None,
+            };
+            mode::kill_deadline(now, grace, lapsed)
+        }
     }
 
     /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace
     /// (at once for a leader found past its grant's expiry + the kill grace).
-    fn begin_stop(&mut self, r: Running) {
+    fn begin_stop(&mut self) {
         let now = BootInstant::now();
-        let kill_at = self.kill_deadline(r.mode, now);
-        tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
-        self.child = ChildState::Stopping(GroupStop::begin(r.pid, kill_at, now));
+        if let Some(r) = self.child.running() {
+            tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
+        }
+        let kill_at = self.kill_deadline(now);
+        self.child.stop(now, kill_at);
     }
 
     fn progress_stop(&mut self) {
-        let ChildState::Stopping(s) = &mut self.child else {
+        let Some(gone) = self.child.progress(BootInstant::now()) else {
             return;
         };
-        if !s.progress(BootInstant::now()) {
-            return;
-        }
-        tracing::debug!(pgid = s.pgid.as_raw(), "process group gone");
+        tracing::debug!(pgid = gone.pgid.as_raw(), "process group gone");
         // Beside a serving instance, the supervisor exits with that one's status: it is the app.
-        if let (Some(sd), Some(exit), None) = (&mut self.shutdown, s.exit, &self.serving) {
+        if let (Some(sd), Some(exit), None) = (&mut self.shutdown, gone.exit, &self.serving) {
             sd.exit_code.get_or_insert(exit.code());
         }
-        self.child = ChildState::Idle;
         self.reconcile();
     }
 
@@ -641,7 +571,7 @@ impl Supervisor {
 
     /// Moves the child towards the target mode; settles (acks) once nothing is in flight.
     fn reconcile(&mut self) {
-        if matches!(self.child, ChildState::Stopping(_)) {
+        if self.child.is_stopping() {
             return;
         }
         let now = BootInstant::now();
@@ -661,24 +591,16 @@ impl Supervisor {
         {
             self.crash_hold = None;
         }
-        let running = match &mut self.child {
-            ChildState::Running(r) => {
-                if r.demoting_until.is_some_and(|t| now >= t) {
-                    r.demoting_until = None;
-                }
-                Some(r.mode)
+        let running = self.child.running_mut().map(|r| {
+            if r.demoting_until.is_some_and(|t| now >= t) {
+                r.demoting_until = None;
             }
-            _ => None,
-        };
+            r.mode
+        });
         match mode::step(running, desired, self.settings.on_change) {
             Step::Keep => {}
             Step::Start(m) => self.start(m, now),
-            Step::Stop => {
-                if let ChildState::Running(r) = std::mem::replace(&mut self.child, ChildState::Idle)
-                {
-                    self.begin_stop(r);
-                }
-            }
+            Step::Stop => self.begin_stop(),
             Step::Signal(sig, m) => {
                 let how = match m {
                     Mode::Leader => SignalDemotion::Signal { acked_at: now },
@@ -686,7 +608,7 @@ impl Supervisor {
                 };
                 match how {
                     SignalDemotion::Signal { acked_at } => {
-                        if let ChildState::Running(r) = &mut self.child {
+                        if let Some(r) = self.child.running_mut() {
                             tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m, signal = %sig,
                                 "signalling the child to switch mode");
                             child::signal(r.pid, sig);
@@ -699,20 +621,18 @@ impl Supervisor {
                         }
                     }
                     SignalDemotion::Stop => {
-                        if let ChildState::Running(r) =
-                            std::mem::replace(&mut self.child, ChildState::Idle)
-                        {
+                        if let Some(r) = self.child.running() {
                             tracing::warn!(pid = r.pid.as_raw(),
                                 "the leader grant expired before the demotion could be signalled \
                                  (supervisor woke late); stopping the app instead, SIGKILL no later \
                                  than the kill grace after the expiry");
-                            self.begin_stop(r);
+                            self.begin_stop();
                         }
                     }
                 }
             }
         }
-        if !matches!(self.child, ChildState::Stopping(_)) && self.demoting_until().is_none() {
+        if !self.child.is_stopping() && self.demoting_until().is_none() {
             self.settle(now);
         }
     }
@@ -736,7 +656,7 @@ impl Supervisor {
             Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
             _ => (&self.settings.follower_env, &self.settings.follower_args),
         };
-        match child::spawn(&self.settings.command, args, env) {
+        match self.child.spawn(&self.settings.command, args, env, m, now) {
             Ok(pid) => {
                 if after_crash {
                     self.restarts += 1;
@@ -747,12 +667,6 @@ impl Supervisor {
                     // again.
                     self.converge.done = false;
                 }
-                self.child = ChildState::Running(Running {
-                    pid,
-                    mode: m,
-                    started: now,
-                    demoting_until: None,
-                });
             }
             Err(e) => {
                 if m == Mode::Leader {
@@ -870,7 +784,7 @@ impl Supervisor {
             match grant::write_file(&self.settings.ack_file, &ack) {
                 Ok(()) => self.last_ack = Some(ack.clone()),
                 Err(e) => {
-                    if matches!(&self.child, ChildState::Running(r) if r.mode == Mode::Leader) {
+                    if self.child.running().is_some_and(|r| r.mode == Mode::Leader) {
                         tracing::error!(error = %e, "cannot write the ack file while leader");
                     } else {
                         tracing::warn!(error = %e, "cannot write the ack file");
@@ -922,9 +836,7 @@ impl Supervisor {
     /// The exit code once shutdown has finished: the child and its whole group are gone.
     fn finished(&mut self) -> Option<u8> {
         let sd = self.shutdown.as_ref()?;
-        if !matches!(self.child, ChildState::Idle)
-            || self.serving.as_ref().is_some_and(|s| !s.gone())
-        {
+        if !self.child.is_idle() || self.serving.as_ref().is_some_and(|s| !s.gone()) {
             return None;
         }
         let serving_code = self
@@ -944,11 +856,8 @@ impl Supervisor {
 
     fn publish(&self) {
         let now = BootInstant::now();
-        let (child_pid, child_mode) = match &self.child {
-            ChildState::Running(r) => (Some(r.pid.as_raw()), Some(r.mode.to_string())),
-            ChildState::Stopping(s) if s.main_alive => (Some(s.pgid.as_raw()), None),
-            _ => (None, None),
-        };
+        let child_pid = self.child.main_pid().map(Pid::as_raw);
+        let child_mode = self.child.running().map(|r| r.mode.to_string());
         let in_effect = self.in_effect(now);
         let expiry = self.leader_deadline();
         let obeyed = self.obeyed.as_ref();
@@ -961,8 +870,7 @@ impl Supervisor {
             restarts: self.restarts,
             on_change: self.settings.on_change.to_string(),
             serving: self.serving.as_ref().map(Serving::status),
-            transitioning: matches!(self.child, ChildState::Stopping(_))
-                || self.demoting_until().is_some(),
+            transitioning: self.child.is_stopping() || self.demoting_until().is_some(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),

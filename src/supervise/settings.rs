@@ -1,0 +1,37 @@
+//! `Settings`: the validated configuration of `supervise`, read by the loop and by both
+//! instances. Nothing here checks or parses; that is done before it is built.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::converge::Converge;
+use super::mode::{Backoff, OnChange, OnFollower};
+
+/// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The app command and its arguments.
+    pub command: Vec<String>,
+    /// Environment overrides in leader mode.
+    pub leader_env: Vec<(String, String)>,
+    /// Environment overrides in follower mode.
+    pub follower_env: Vec<(String, String)>,
+    /// Arguments appended to the command in leader mode.
+    pub leader_args: Vec<String>,
+    /// Arguments appended to the command in follower mode.
+    pub follower_args: Vec<String>,
+    /// Time between SIGTERM and SIGKILL to the group (never more than the elector's K, which
+    /// every grant announces).
+    pub kill_grace: Duration,
+    pub on_follower: OnFollower,
+    pub on_change: OnChange,
+    /// The flag file's `.ack` companion.
+    pub ack_file: PathBuf,
+    /// How often a failed start-up write of the ack file is retried (the flag file's re-read).
+    pub ack_retry: Duration,
+    /// Exit with the child's status when it exits on its own, instead of restarting it.
+    pub exit_with_child: bool,
+    pub backoff: Backoff,
+    /// `--converge-oidc-clients`: the check run before each leader start.
+    pub converge: Option<Converge>,
+}
