@@ -306,6 +306,62 @@ pub fn operator_writes_from<'a>(
     )
 }
 
+/// Operator writes by `user` that the apiserver admitted (2xx), received in `[from_us, to_us]`,
+/// from a pod the Lease `namespace/lease` did not name at that instant: the holder is the pod
+/// (source address) of the last successful Lease write that set it, until a write releases the
+/// Lease or names another. No grace for an old holder: what the fence would refuse, whichever
+/// election runs, and the writes two operators at once can land.
+pub fn non_holder_operator_writes<'a>(
+    writes: &'a [Write],
+    namespace: &str,
+    lease: &str,
+    user: &str,
+    from_us: i64,
+    to_us: i64,
+) -> Vec<&'a Write> {
+    let mut by_time: Vec<&Write> = writes.iter().collect();
+    by_time.sort_by_key(|w| w.received_us);
+    let mut holder_ip: Option<String> = None;
+    let mut out = Vec::new();
+    for w in by_time {
+        if w.succeeded() && w.is_lease_write() && w.namespace == namespace && w.name == lease {
+            if let Some(holder) = &w.lease_holder {
+                holder_ip = (!holder.is_empty()).then(|| w.source_ip.clone());
+            }
+            continue;
+        }
+        if w.user == user
+            && w.is_operator_write()
+            && w.succeeded()
+            && (from_us..=to_us).contains(&w.received_us)
+            && holder_ip.as_deref() != Some(w.source_ip.as_str())
+        {
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// Write requests to Leases in `namespace` by `user` received in `[from_us, to_us]`, whatever
+/// the answer (a lost race's 409 is a write the apiserver had to handle too).
+pub fn lease_writes_between(
+    writes: &[Write],
+    namespace: &str,
+    user: &str,
+    from_us: i64,
+    to_us: i64,
+) -> usize {
+    writes
+        .iter()
+        .filter(|w| {
+            w.is_lease_write()
+                && w.namespace == namespace
+                && w.user == user
+                && (from_us..=to_us).contains(&w.received_us)
+        })
+        .count()
+}
+
 /// Operator writes by `user`, grouped by source address.
 pub fn operator_writes_by_ip<'a>(
     writes: &'a [Write],

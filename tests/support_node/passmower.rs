@@ -151,11 +151,64 @@ impl Generation {
     }
 }
 
+/// Who decides which pod runs Passmower's operators, from `PME_ELECTION_MODE` (default
+/// `ours`). `upstream` and `fence-only` need generation 2.4 (Passmower's own election) and the
+/// post-renderer; they are what the side-by-side comparison (`scripts/side-by-side.sh`) sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectionMode {
+    /// `inject` as it defaults: our elector and supervisor, `LEADER_ELECTION_ENABLED=false`.
+    Ours,
+    /// `inject --passmower-election=fence-only`: Passmower's own election plus our write
+    /// fence keyed on its Lease.
+    FenceOnly,
+    /// No `inject` at all: Passmower 2.4's own election alone, with what upstream's 2.4 chart
+    /// adds and this tree's chart lacks (Lease RBAC, `POD_NAME`, `LEADER_ELECTION_ENABLED`),
+    /// added by the test.
+    Upstream,
+}
+
+impl ElectionMode {
+    /// `PME_ELECTION_MODE`: `ours` (or unset), `fence-only` or `upstream`. Panics naming the
+    /// variable and the allowed values on anything else.
+    pub fn from_env() -> ElectionMode {
+        let v = std::env::var("PME_ELECTION_MODE").unwrap_or_default();
+        match v.trim() {
+            "" | "ours" => ElectionMode::Ours,
+            "fence-only" => ElectionMode::FenceOnly,
+            "upstream" => ElectionMode::Upstream,
+            _ => {
+                panic!("PME_ELECTION_MODE={v:?}: allowed values are ours, fence-only and upstream")
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ElectionMode::Ours => "ours",
+            ElectionMode::FenceOnly => "fence-only",
+            ElectionMode::Upstream => "upstream",
+        }
+    }
+
+    /// The Lease that names the pod running the operators: ours (the workload's name, inject's
+    /// default) or Passmower's own (`passmower-operators`, its default).
+    pub fn lease_name(self) -> &'static str {
+        match self {
+            ElectionMode::Ours => NAME,
+            ElectionMode::FenceOnly | ElectionMode::Upstream => UPSTREAM_LEASE,
+        }
+    }
+}
+
+/// Passmower 2.4's own Lease (`LEADER_ELECTION_LEASE_NAME`'s default).
+pub const UPSTREAM_LEASE: &str = "passmower-operators";
+
 /// One installed release.
 #[derive(Clone, Debug)]
 pub struct Install {
     pub namespace: String,
     pub generation: Generation,
+    pub election: ElectionMode,
     pub replicas: i32,
     pub timings: Timings,
     /// What the post-renderer produced (helm's manifest), for the record.
@@ -207,10 +260,21 @@ impl Install {
     ) -> Install {
         let ns = ns.to_owned();
         let generation = Generation::from_env();
+        let election = ElectionMode::from_env();
+        if election != ElectionMode::Ours {
+            assert!(
+                generation == Generation::V2_4 && retrofit == Retrofit::PostRenderer,
+                "PME_ELECTION_MODE={} needs PME_PASSMOWER_GENERATION=2.4 and a post-renderer install",
+                election.name()
+            );
+        }
         let (sidecar, _) = node.sidecar_image();
         let image = node.passmower_image();
         let client = node.admin_client().await;
         create_secrets(&client, &ns, redis_db).await;
+        if election == ElectionMode::Upstream {
+            grant_upstream_lease(&client, &ns).await;
+        }
 
         let dir = node.layout.path(&format!("helm-{ns}"));
         fs::create_dir_all(&dir).expect("mkdir helm dir");
@@ -239,10 +303,11 @@ impl Install {
             // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
             // npm registry (see build-node-images.sh); the oidc-keys Secret is made above.
             .arg("--no-hooks");
-        let inject = (retrofit == Retrofit::PostRenderer).then_some((sidecar.as_str(), TIMINGS));
+        let inject = (retrofit == Retrofit::PostRenderer && election != ElectionMode::Upstream)
+            .then_some((sidecar.as_str(), TIMINGS));
         if inject.is_some() || !env.is_empty() {
             helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, inject, &ns, &env));
+                .arg(post_renderer(&dir, inject, election, &ns, &env));
         }
         for s in &sets {
             helm.arg("--set").arg(s);
@@ -263,6 +328,7 @@ impl Install {
         let install = Install {
             namespace: ns,
             generation,
+            election,
             replicas,
             timings: TIMINGS,
             manifest,
@@ -295,7 +361,7 @@ impl Install {
     /// The Lease's holder identity (empty when released, `None` when unreadable or absent).
     pub async fn lease_holder(&self, client: &kube::Client) -> Option<String> {
         Api::<Lease>::namespaced(client.clone(), &self.namespace)
-            .get_opt(NAME)
+            .get_opt(self.election.lease_name())
             .await
             .ok()
             .flatten()
@@ -352,7 +418,7 @@ impl Install {
         // A live elector renews every retry period: a Lease not renewed for two of them
         // belongs to an elector that is restarting or gone, which is not steady yet.
         let renewed_ago = Api::<Lease>::namespaced(client.clone(), &self.namespace)
-            .get_opt(NAME)
+            .get_opt(self.election.lease_name())
             .await
             .ok()
             .flatten()
@@ -522,6 +588,51 @@ async fn create_secrets(client: &kube::Client, ns: &str, redis_db: u32) {
     }
 }
 
+/// What upstream's 2.4 chart grants its ServiceAccount for Passmower's own election and this
+/// tree's chart lacks: `get`, `create` and `update` on coordination.k8s.io leases in the
+/// release's namespace (a Role and RoleBinding `passmower-leader-election`).
+async fn grant_upstream_lease(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    let name = "passmower-leader-election";
+    let role = Role {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            verbs: vec!["get".into(), "create".into(), "update".into()],
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: NAME.into(),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap_or_else(|e| panic!("create Role {name}: {e}"));
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap_or_else(|e| panic!("create RoleBinding {name}: {e}"));
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     let _ = fs::File::open("/dev/urandom")
@@ -538,6 +649,7 @@ fn random_hex(bytes: usize) -> String {
 fn post_renderer(
     dir: &Path,
     inject: Option<(&str, Timings)>,
+    election: ElectionMode,
     namespace: &str,
     env: &[(&str, &str)],
 ) -> PathBuf {
@@ -567,11 +679,16 @@ fn post_renderer(
     if let Some((sidecar_image, t)) = inject {
         stages.push(format!(
             "{bin} inject --image {sidecar_image} --namespace {namespace} \
-             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {} \"$@\"",
+             --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {}{} \"$@\"",
             d(t.lease_duration),
             d(t.renew_deadline),
             d(t.retry_period),
             d(t.kill_grace),
+            if election == ElectionMode::FenceOnly {
+                " --passmower-election=fence-only"
+            } else {
+                ""
+            },
         ));
     }
     script.push_str(&stages.join(" | "));
