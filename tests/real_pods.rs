@@ -1181,6 +1181,177 @@ async fn apiserver_outage_keeps_a_replica_in_service() {
     );
 }
 
+/// One pod's app image cannot be pulled (`ErrImagePull`): its elector runs, but its app's
+/// supervisor never answers, so that pod never takes the Lease, even as the only candidate
+/// ready when the one leader is deleted; the Deployment's replacement pod leads and reconciles.
+/// (On an elector that contends without a consumer, the broken pod takes the Lease the moment
+/// it is released and keeps it while nothing reconciles.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_app_image_cannot_be_pulled_never_leads() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let _serial = serial().await;
+    let node = Node::shared();
+    let install = install(node).await;
+    if install.election != ElectionMode::Ours {
+        report("unpullable app image: not run (Passmower's own election, no elector)");
+        return;
+    }
+    install.wait_steady(node, Duration::from_secs(300)).await;
+    let client = node.admin_client().await;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &install.namespace);
+
+    // A copy of a working pod: the same ServiceAccount, elector and Lease, but labels that no
+    // ReplicaSet or Service selects, and an app image no registry serves.
+    let model = install
+        .pods(&client)
+        .await
+        .into_iter()
+        .next()
+        .expect("a pod");
+    let mut spec = model.spec.clone().expect("a pod spec");
+    for c in &mut spec.containers {
+        if c.name == APP_CONTAINER {
+            c.image = Some("127.0.0.1:9/passmower-elector-test/unpullable:none".into());
+            c.image_pull_policy = Some("Always".into());
+        }
+    }
+    let broken_name = "passmower-unpullable";
+    let broken = Pod {
+        metadata: ObjectMeta {
+            name: Some(broken_name.into()),
+            labels: Some([("test".to_owned(), "unpullable".to_owned())].into()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    pods_api
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("create the pod with an unpullable app image");
+
+    // Its elector runs and its app container waits for an image that never comes.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let waiting = loop {
+        let pod = pods_api.get_opt(broken_name).await.ok().flatten();
+        let status = pod.as_ref().and_then(|p| p.status.clone());
+        let elector_running = status
+            .iter()
+            .flat_map(|s| s.init_container_statuses.iter().flatten())
+            .chain(
+                status
+                    .iter()
+                    .flat_map(|s| s.container_statuses.iter().flatten()),
+            )
+            .any(|c| {
+                c.name != APP_CONTAINER && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            });
+        let app_reason = status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .find(|c| c.name == APP_CONTAINER)
+            .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
+        if elector_running
+            && app_reason
+                .as_deref()
+                .is_some_and(|r| r == "ErrImagePull" || r == "ImagePullBackOff")
+        {
+            break app_reason;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pod with the unpullable image never reached ErrImagePull with its elector running: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    // One working replica, so the broken pod is the only other candidate when it goes.
+    let kubectl = |args: &[&str]| {
+        let out = node
+            .kubectl()
+            .args(args)
+            .args(["-n", &install.namespace])
+            .output()
+            .expect("run kubectl");
+        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+    };
+    let deployment = format!("deployment/{}", passmower::NAME);
+    kubectl(&["scale", &deployment, "--replicas=1"]);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while install.pods(&client).await.len() != 1 || install.leader_pod(&client).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the Deployment did not scale to one leading replica"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let leader = install.leader_pod(&client).await.expect("a leader");
+    let leader_name = leader.metadata.name.clone().unwrap_or_default();
+
+    // Watch the Lease from the deletion until a new pod leads and a client is reconciled.
+    let t0 = Instant::now();
+    kubectl(&["delete", "pod", &leader_name, "--wait=false"]);
+    let client_name = "unpullable-image";
+    let mut created = false;
+    let mut holders: Vec<String> = Vec::new();
+    let mut new_leader_after = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let holder = install.lease_holder(&client).await.unwrap_or_default();
+        if holders.last() != Some(&holder) {
+            holders.push(holder.clone());
+        }
+        assert!(
+            !passmower::holder_is_pod(&holder, broken_name),
+            "the pod whose app image cannot be pulled took the Lease (holders in order: {holders:?})"
+        );
+        if !holder.is_empty() && !passmower::holder_is_pod(&holder, &leader_name) {
+            new_leader_after.get_or_insert(t0.elapsed());
+            if !created {
+                install.create_client(&client, client_name).await;
+                created = true;
+            }
+            if install.client_reconciled(&client, client_name).await {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no working pod led and reconciled within 300 s (holders in order: {holders:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And it stays that way for a lease duration and more, the broken pod still contending.
+    let settle = Instant::now() + install.timings.lease_duration * 2;
+    while Instant::now() < settle {
+        let holder = install.lease_holder(&client).await.unwrap_or_default();
+        assert!(
+            !passmower::holder_is_pod(&holder, broken_name),
+            "the pod whose app image cannot be pulled took the Lease later: {holder}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    report(&format!(
+        "unpullable app image ({}): never held the Lease; the replacement pod led {:.1} s after the only working pod was deleted and reconciled in {:.1} s (holders: {holders:?})",
+        waiting.unwrap_or_default(),
+        new_leader_after.unwrap_or_default().as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    ));
+
+    pods_api
+        .delete(broken_name, &DeleteParams::default())
+        .await
+        .expect("delete the pod with the unpullable image");
+    kubectl(&[
+        "scale",
+        &deployment,
+        &format!("--replicas={}", install.replicas),
+    ]);
+    install.wait_steady(node, Duration::from_secs(300)).await;
+    assert_single_writer(node, &install);
+}
+
 /// A wedged elector (SIGSTOP to the elector process only) is restarted by its liveness probe,
 /// and the pod's app, whose grant lapses, stops operating: another pod takes over without
 /// overlap.
