@@ -1218,3 +1218,27 @@ async fn a_terminating_follower_never_takes_a_free_lease_a_staying_one_does() {
     release_pod_object(&pods, "pod-b").await;
     pods.finish();
 }
+
+/// An elector started without the downward API's `POD_NAME` (its identity given by flag)
+/// cannot watch its own Pod: it says so and contends as if the pod stayed, so it leads a free
+/// Lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pod_name_the_elector_says_so_and_still_leads() {
+    let mut pods = Pods::new().await;
+    put_lease(&pods, Some(""), Some(1), None).await;
+    let kubeconfig = pods.ns.elector_kubeconfig.clone();
+    let extra = ["--identity", "pod-a"];
+    let a = pods.start_custom(
+        "pod-a",
+        &kubeconfig,
+        &support::FAST_TIMINGS,
+        &extra,
+        |cmd| {
+            cmd.env_remove("POD_NAME");
+        },
+    );
+    assert_eq!(pods.wait_for_leader(Duration::from_secs(20), None), a);
+    let logs = pods.pods[a].logs();
+    assert!(logs.contains("POD_NAME is not set"), "{logs}");
+    pods.finish();
+}

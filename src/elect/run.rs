@@ -147,15 +147,18 @@ pub async fn start(config: ElectConfig) -> ExitCode {
     {
         outputs.inherit_leader_grant(until);
     }
-    let own_pod = match &config.pod {
-        Some((name, namespace)) => OwnPod::spawn(
-            client.clone(),
-            namespace,
-            name,
-            config.pod_uid.clone(),
-            config.timing.api_timeout(),
-        ),
-        None => OwnPod::fixed(PodState::Unknown {
+    // Watched only once the start-up (adoption) is decided: the adoption is a read and one
+    // conditional write that must land while the previous elector's grant still runs, and
+    // nothing else of ours should stand in their way; until then the pod counts as pending.
+    let own_pod_target = match &config.pod {
+        Some((name, namespace)) => Ok(OwnPodTarget {
+            client: client.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: config.pod_uid.clone(),
+            timeout: config.timing.api_timeout(),
+        }),
+        None => Err(PodState::Unknown {
             why: "POD_NAME is not set (downward API metadata.name): the elector cannot tell \
                   whether its pod is terminating"
                 .to_owned(),
@@ -201,7 +204,8 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         consumer: None,
         consumer_live_at: now,
         consumer_complained: false,
-        own_pod,
+        own_pod: OwnPod::fixed(PodState::Pending),
+        own_pod_target: Some(own_pod_target),
         pod_state: PodState::Pending,
     };
     elector.run(signals).await
@@ -257,6 +261,17 @@ struct Elector {
     own_pod: OwnPod,
     /// Its state as last taken over by the loop.
     pod_state: PodState,
+    /// What to watch once the start-up is over (or the fixed state when there is no Pod).
+    own_pod_target: Option<Result<OwnPodTarget, PodState>>,
+}
+
+/// The Pod the elector watches, from the downward API.
+struct OwnPodTarget {
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    timeout: Duration,
 }
 
 impl Elector {
@@ -266,6 +281,12 @@ impl Elector {
         if let adopt::StartUp::Shutdown = self.start_up(&mut watch, &mut signals).await {
             return self.shutdown(&mut signals).await;
         }
+        self.own_pod = match self.own_pod_target.take() {
+            Some(Ok(t)) => OwnPod::spawn(t.client, &t.namespace, &t.name, t.uid, t.timeout),
+            Some(Err(state)) => OwnPod::fixed(state),
+            None => OwnPod::fixed(PodState::Pending),
+        };
+        self.on_pod_change();
         loop {
             let now = BootInstant::now();
             self.status.update(|s| s.loop_heartbeat = now);
