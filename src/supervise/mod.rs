@@ -42,13 +42,15 @@
 //!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
 //!
 //! This file holds the runtime, the exit codes and the wiring of the tasks; the flags and their
-//! checks are in `options.rs`, the loop in `supervisor.rs` (docs/design/layout.md has the rest).
+//! checks are in `options.rs`, the loop in `supervisor.rs`, what it obeys and acks in
+//! `obedience.rs` (docs/design/layout.md has the rest).
 
 mod child;
 pub mod converge;
 mod follow;
 mod instance;
 pub mod mode;
+mod obedience;
 mod options;
 mod port_map;
 mod serving;

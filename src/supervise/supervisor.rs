@@ -1,5 +1,6 @@
-//! The supervisor's event loop: one task owns the child and the last obeyed object, and turns
-//! signals, flag-file readings, pushes and deadlines into starts, stops and acks.
+//! The supervisor's event loop: one task owns the child and the last obeyed object (its
+//! [`Obedience`]), and turns signals, flag-file readings, pushes and deadlines into starts, stops
+//! and acks.
 //!
 //! Everything that changes the child happens here, in order, so there is never a second writer
 //! to reason about. A stop is a state, not an `await`: while the old group dies the loop keeps
@@ -18,14 +19,15 @@ use super::child::{self, Exit};
 use super::converge::{self, Outcome};
 use super::follow::Observation;
 use super::instance::{self, Ended, Instance};
-use super::mode::{self, OnChange, SignalDemotion, Step, Verdict};
+use super::mode::{self, OnChange, SignalDemotion, Step};
+use super::obedience::{Channel, Obedience, Offer};
 use super::serving::Serving;
 use super::settings::Settings;
 use super::status::{ConvergeStatus, Status};
 use super::toggle::{Push, Reply};
-use super::trust::{LogThrottle, Trust};
+use super::trust::Trust;
 use crate::clock::{self, BootInstant};
-use crate::grant::{self, Grant, Mode, Order};
+use crate::grant::{Grant, Mode, Order};
 
 /// Signals the supervisor handles; all but SIGCHLD are forwarded to the child.
 pub const SIGNALS: [i32; 7] = [SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2];
@@ -67,9 +69,8 @@ struct Shutdown {
 #[must_use = "the supervisor does nothing until `run` is awaited"]
 pub struct Supervisor {
     settings: Settings,
-    obeyed: Option<Grant>,
-    /// The flag file went missing or unreadable after the last object: follower until a newer one.
-    demoted_locally: bool,
+    /// What has been obeyed and acked, and the mode owed from it.
+    obedience: Obedience,
     /// The grant-following child: the app in `restart` and `signal:` modes, the leader instance
     /// with `--on-change=leader-instance`.
     child: Instance,
@@ -78,22 +79,9 @@ pub struct Supervisor {
     restarts: u64,
     pending: Vec<Pending>,
     shutdown: Option<Shutdown>,
-    last_ack: Option<Grant>,
-    /// Whether this supervisor has replaced the ack file left by a previous one (whose `stopped`
-    /// would ack any demotion); until then the app does not run in leader mode.
-    ack_ready: bool,
-    /// Expiry of the newest leader grant obeyed: a leader child's right to run ends there at the
-    /// latest, whatever else happens, so its SIGKILL is due no later than K after it.
-    leader_expiry: Option<BootInstant>,
-    /// The elector's kill grace, from the newest object obeyed; ours is never longer.
-    elector_kill_grace: Option<Duration>,
     /// Leader children in a row that exited on their own before `--restart-backoff-reset`;
     /// reported in the ack so the elector can step down for a leader that cannot run.
     leader_start_failures: u64,
-    /// The elector's token: what ties an object to the elector, and the key acks are signed with.
-    trust: Trust,
-    /// Refused objects are logged at most once a second, so a flood cannot flood the log.
-    refusals: LogThrottle,
     /// With `--on-change=leader-instance`: the instance that serves whatever the grant says.
     serving: Option<Serving>,
     converge: ConvergeState,
@@ -114,21 +102,14 @@ impl Supervisor {
             converge: ConvergeState::default(),
             converged_tx,
             converged_rx: Some(converged_rx),
+            obedience: Obedience::new(&settings, trust),
             settings,
-            obeyed: None,
-            demoted_locally: false,
             child: Instance::idle(),
             crash_hold: None,
             restarts: 0,
             pending: Vec::new(),
             shutdown: None,
-            last_ack: None,
-            ack_ready: false,
-            leader_expiry: None,
-            elector_kill_grace: None,
             leader_start_failures: 0,
-            trust,
-            refusals: LogThrottle::default(),
             status,
         }
     }
@@ -136,53 +117,12 @@ impl Supervisor {
     /// Takes the flag file as read at start-up (after the ack file was reset).
     pub fn adopt(&mut self, initial: Observation) {
         match initial {
-            Observation::Valid(g) => {
-                match self.trust.check(&g, BootInstant::now()) {
-                    Ok(()) => {
-                        self.note_obeyed(&g);
-                        self.obeyed = Some(g);
-                    }
-                    Err(refusal) => {
-                        tracing::warn!(reason = refusal.reason(), incarnation = g.incarnation, seq = g.seq,
-                        "flag file holds an object that cannot be tied to the elector; ignoring it");
-                    }
-                }
-            }
+            Observation::Valid(g) => self.obedience.adopt(g),
             Observation::Absent => {}
             Observation::Invalid(reason) => {
                 tracing::warn!(%reason, "flag file is not a grant object; starting as follower");
             }
         }
-    }
-
-    /// Records what an obeyed object tells about its elector: the leader expiry, and its K.
-    fn note_obeyed(&mut self, g: &Grant) {
-        if g.mode == Mode::Leader {
-            self.leader_expiry = Some(g.expiry());
-        }
-        let k = g.kill_grace();
-        if self.elector_kill_grace != Some(k) {
-            self.elector_kill_grace = Some(k);
-            if k < self.settings.kill_grace {
-                tracing::error!(
-                    supervisor_kill_grace = %crate::config::human(self.settings.kill_grace),
-                    elector_kill_grace = %crate::config::human(k),
-                    "--kill-grace is longer than the elector's, which releases the Lease on the \
-                     assumption that the app stopped within its own; using the elector's. Set both \
-                     to the same value"
-                );
-            }
-        }
-    }
-
-    /// The kill grace in force: ours, never longer than the elector's.
-    fn kill_grace(&self) -> Duration {
-        mode::effective_kill_grace(self.settings.kill_grace, self.elector_kill_grace)
-    }
-
-    /// The instant grants are judged at `now` (ahead by the signal lead in signal mode).
-    fn judged_at(&self, now: BootInstant) -> BootInstant {
-        mode::judged_at(now, self.settings.on_change)
     }
 
     /// Runs until a shutdown signal (or, with `--exit-with-child`, the child's own exit) has
@@ -195,9 +135,9 @@ impl Supervisor {
     ) -> u8 {
         let now = BootInstant::now();
         tracing::info!(
-            mode = %self.target(now),
+            mode = %self.obedience.target(now),
             "supervisor starting ({})",
-            match &self.obeyed {
+            match self.obedience.obeyed() {
                 Some(g) => format!("flag file: {} incarnation={} seq={}", g.mode, g.incarnation, g.seq),
                 None => "no valid flag file".to_owned(),
             }
@@ -241,9 +181,9 @@ impl Supervisor {
                 Some(done) = converged.recv() => self.on_converged(done),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
-                _ = tokio::time::sleep(self.settings.ack_retry), if !self.ack_ready => {
+                _ = tokio::time::sleep(self.settings.ack_retry), if !self.obedience.ack_ready() => {
                     self.write_startup_ack();
-                    if self.ack_ready {
+                    if self.obedience.ack_ready() {
                         self.reconcile();
                     }
                 }
@@ -258,24 +198,10 @@ impl Supervisor {
     }
 
     /// Replaces whatever ack file a previous supervisor left with "follower, nothing obeyed yet"
-    /// (order 0/0, which acks no object). Called before the flag file is first read, so an old
-    /// `stopped` cannot ack a demotion written after that reading.
+    /// (see [`Obedience::write_startup_ack`]); until that write succeeds the app runs only as
+    /// follower.
     pub fn write_startup_ack(&mut self) {
-        let mut ack = Grant::follower("", 0, Order::default(), "");
-        self.trust.sign_ack(&mut ack);
-        match grant::write_file(&self.settings.ack_file, &ack) {
-            Ok(()) => {
-                if !self.ack_ready {
-                    tracing::info!(path = %self.settings.ack_file.display(), "ack file reset to follower");
-                }
-                self.ack_ready = true;
-                self.last_ack = Some(ack);
-            }
-            Err(e) => tracing::error!(error = %e,
-                retry_in = %crate::config::human(self.settings.ack_retry),
-                "cannot write the ack file; a stale one could ack a demotion that has not happened, \
-                 so the app runs only as follower until it is written"),
-        }
+        self.obedience.write_startup_ack();
     }
 
     /// When a demotion by signal takes effect, while one is in flight.
@@ -283,34 +209,20 @@ impl Supervisor {
         self.child.running().and_then(|r| r.demoting_until)
     }
 
-    /// The mode the supervisor must be in now (ignoring shutdown).
-    fn target(&self, now: BootInstant) -> Mode {
-        mode::target_mode(
-            self.obeyed.as_ref(),
-            self.demoted_locally || !self.ack_ready,
-            self.judged_at(now),
-        )
-    }
-
     /// The mode in effect for acks and `GET /mode`.
     fn in_effect(&self, now: BootInstant) -> Mode {
         if self.shutdown.is_some() {
             Mode::Stopped
         } else {
-            self.target(now)
+            self.obedience.target(now)
         }
     }
 
     /// The expiry to demote at while leader; the dead man's switch.
     fn leader_deadline(&self) -> Option<BootInstant> {
-        let now = BootInstant::now();
-        match (&self.obeyed, self.in_effect(now)) {
-            // Judged ahead in signal mode, so the lapse is acted on that much earlier.
-            (Some(g), Mode::Leader) => Some(
-                g.expiry()
-                    .saturating_sub(self.judged_at(now).saturating_since(now)),
-            ),
-            _ => None,
+        match self.shutdown {
+            Some(_) => None,
+            None => self.obedience.leader_deadline(BootInstant::now()),
         }
     }
 
@@ -333,11 +245,11 @@ impl Supervisor {
         {
             tracing::info!(signal = %signal, "shutting down: signal forwarded to the child");
             self.shutdown = Some(Shutdown::default());
-            let grace = self.kill_grace();
+            let grace = self.obedience.kill_grace();
             if let Some(serving) = &mut self.serving {
                 serving.shutdown(true, BootInstant::now(), grace);
             }
-            let kill_at = self.kill_deadline(BootInstant::now());
+            let kill_at = self.obedience.kill_deadline(BootInstant::now());
             self.child.signalled(kill_at);
             self.crash_hold = None;
             self.reconcile();
@@ -347,7 +259,7 @@ impl Supervisor {
     /// Hands `pid`'s exit to the serving instance if it is its main process; true if it was.
     /// An exit on its own ends the supervisor with `--exit-with-child`, as the leader's does.
     fn serving_exited(&mut self, pid: Pid, exit: Exit) -> bool {
-        let grace = self.kill_grace();
+        let grace = self.obedience.kill_grace();
         let Some(serving) = &mut self.serving else {
             return false;
         };
@@ -375,7 +287,7 @@ impl Supervisor {
         if self.shutdown.is_none() {
             return;
         }
-        let grace = self.kill_grace();
+        let grace = self.obedience.kill_grace();
         if let Some(serving) = &mut self.serving {
             serving.shutdown(false, BootInstant::now(), grace);
             serving.tick(&self.settings, BootInstant::now());
@@ -401,7 +313,7 @@ impl Supervisor {
         let now = BootInstant::now();
         // Whatever it left behind in its group goes before anything new starts; a leader's
         // leftovers no later than the kill grace after its grant's expiry.
-        let kill_at = self.kill_deadline(now);
+        let kill_at = self.obedience.kill_deadline(now);
         match self.child.main_exited(pid, exit, kill_at) {
             None => return false,
             Some(Ended::Stopped { pgid }) => {
@@ -433,19 +345,6 @@ impl Supervisor {
         true
     }
 
-    /// When SIGKILL is due for a child in a mode whose stop begins at `now`: the kill grace from
-    /// now, but for a leader never later than the kill grace after its grant's expiry.
-    fn kill_deadline(&self, now: BootInstant) -> impl Fn(Mode) -> BootInstant {
-        let (grace, expiry) = (self.kill_grace(), self.leader_expiry);
-        move |mode| {
-            let lapsed = match mode {
-                Mode::Leader => expiry,
-                _ => None,
-            };
-            mode::kill_deadline(now, grace, lapsed)
-        }
-    }
-
     /// Begins stopping the running child: SIGTERM to its group, SIGKILL after the kill grace
     /// (at once for a leader found past its grant's expiry + the kill grace).
     fn begin_stop(&mut self) {
@@ -453,7 +352,7 @@ impl Supervisor {
         if let Some(r) = self.child.running() {
             tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
         }
-        let kill_at = self.kill_deadline(now);
+        let kill_at = self.obedience.kill_deadline(now);
         self.child.stop(now, kill_at);
     }
 
@@ -486,7 +385,7 @@ impl Supervisor {
     }
 
     fn demote_locally(&mut self) {
-        self.demoted_locally = true;
+        self.obedience.demote_locally();
         self.reconcile();
     }
 
@@ -494,79 +393,38 @@ impl Supervisor {
         self.offer(push.grant, Some(push.reply));
     }
 
-    /// Applies the trust check and the ordering rule to an object from either channel.
+    /// Offers an object from either channel to the obedience state; answers a push it did not
+    /// obey, and queues the answer to one it did.
     fn offer(&mut self, g: Grant, reply: Option<oneshot::Sender<Reply>>) {
-        let now = BootInstant::now();
-        if let Err(refusal) = self.trust.check(&g, now) {
-            let via = if reply.is_some() {
-                "toggle"
-            } else {
-                "flag file"
-            };
-            if let Some(suppressed) = self.refusals.admit(now) {
-                tracing::warn!(via, incarnation = g.incarnation, seq = g.seq, mode = %g.mode,
-                    suppressed, "refusing a grant object that cannot be tied to the elector: {}",
-                    refusal.reason());
-            }
-            match reply {
+        let via = if reply.is_some() {
+            Channel::Toggle
+        } else {
+            Channel::FlagFile
+        };
+        match self.obedience.offer(&g, via, BootInstant::now()) {
+            Offer::Refused(refusal) => match reply {
                 Some(reply) => {
                     let _ = reply.send(Reply::Refused(refusal));
                 }
-                // Never obeyed; and since the file no longer holds what the elector last wrote
-                // there (a demotion may have been overwritten), the grant obeyed before is no
-                // longer known to be current: fail closed until a verified object arrives.
-                None => self.demote_locally(),
-            }
-            return;
-        }
-        let verdict = mode::judge(self.obeyed.as_ref(), &g);
-        let requested = mode::target_mode(Some(&g), false, self.judged_at(now));
-        match verdict {
-            Verdict::Stale => {
-                tracing::debug!(
-                    incarnation = g.incarnation,
-                    seq = g.seq,
-                    "ignoring a stale grant object"
-                );
+                // Refused from the flag file, it demoted locally (see `Obedience::offer`).
+                None => self.reconcile(),
+            },
+            Offer::Stale { last } => {
                 if let Some(reply) = reply {
-                    let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
                     let _ = reply.send(Reply::Stale { last });
                 }
-                return;
             }
-            Verdict::Repeat => {}
-            Verdict::Obey => {
-                let before = self.target(now);
-                let after = requested;
-                let new_elector = self
-                    .obeyed
-                    .as_ref()
-                    .is_some_and(|o| o.incarnation != g.incarnation);
-                if before != after || self.obeyed.as_ref().map(|o| o.epoch) != Some(g.epoch) {
-                    tracing::info!(from = %before, to = %after, holder = %g.holder, epoch = g.epoch,
-                        incarnation = g.incarnation, seq = g.seq, "grant changed");
-                } else if new_elector {
-                    // A restarted elector that adopted the Lease: same mode, so the running
-                    // child is kept (see `reconcile`); only the grant's issuer changed.
-                    tracing::info!(mode = %after, holder = %g.holder, epoch = g.epoch,
-                        incarnation = g.incarnation, seq = g.seq,
-                        "a new elector incarnation continues the grant; the app keeps running");
-                } else {
-                    tracing::debug!(mode = %after, seq = g.seq, expires_boottime_ns = g.expires_boottime_ns, "grant renewed");
+            Offer::Obeyed { requested } => {
+                if let Some(reply) = reply {
+                    self.pending.push(Pending {
+                        requested,
+                        order: g.order(),
+                        reply,
+                    });
                 }
-                self.note_obeyed(&g);
-                self.obeyed = Some(g.clone());
-                self.demoted_locally = false;
+                self.reconcile();
             }
         }
-        if let Some(reply) = reply {
-            self.pending.push(Pending {
-                requested,
-                order: g.order(),
-                reply,
-            });
-        }
-        self.reconcile();
     }
 
     /// Moves the child towards the target mode; settles (acks) once nothing is in flight.
@@ -578,7 +436,7 @@ impl Supervisor {
         let desired = if self.shutdown.is_some() {
             None
         } else {
-            mode::desired_child(self.target(now), self.settings.on_follower)
+            mode::desired_child(self.obedience.target(now), self.settings.on_follower)
         };
         if desired != Some(Mode::Leader) {
             self.abandon_converge();
@@ -604,7 +462,7 @@ impl Supervisor {
             Step::Signal(sig, m) => {
                 let how = match m {
                     Mode::Leader => SignalDemotion::Signal { acked_at: now },
-                    _ => mode::signal_demotion(now, self.kill_grace(), self.leader_expiry),
+                    _ => self.obedience.signal_demotion(now),
                 };
                 match how {
                     SignalDemotion::Signal { acked_at } => {
@@ -779,20 +637,17 @@ impl Supervisor {
         if in_effect != Mode::Leader {
             self.leader_start_failures = 0;
         }
-        let ack = self.ack_object(in_effect);
-        if self.last_ack.as_ref() != Some(&ack) {
-            match grant::write_file(&self.settings.ack_file, &ack) {
-                Ok(()) => self.last_ack = Some(ack.clone()),
-                Err(e) => {
-                    if self.child.running().is_some_and(|r| r.mode == Mode::Leader) {
-                        tracing::error!(error = %e, "cannot write the ack file while leader");
-                    } else {
-                        tracing::warn!(error = %e, "cannot write the ack file");
-                    }
-                }
+        let ack = self
+            .obedience
+            .ack_object(in_effect, self.leader_start_failures);
+        if let Err(e) = self.obedience.write_ack(&ack) {
+            if self.child.running().is_some_and(|r| r.mode == Mode::Leader) {
+                tracing::error!(error = %e, "cannot write the ack file while leader");
+            } else {
+                tracing::warn!(error = %e, "cannot write the ack file");
             }
         }
-        let last = self.obeyed.as_ref().map(Grant::order).unwrap_or_default();
+        let last = self.obedience.last_order();
         for p in self.pending.drain(..) {
             let reply = if p.requested == in_effect
                 || (in_effect == Mode::Stopped && p.requested == Mode::Follower)
@@ -813,24 +668,6 @@ impl Supervisor {
             };
             let _ = p.reply.send(reply);
         }
-    }
-
-    /// The ack for the current state: the last object obeyed, with the mode actually in effect
-    /// (a leader grant that lapsed is acked as follower, with its order) and the failed leader
-    /// starts, signed with the elector's key.
-    fn ack_object(&self, in_effect: Mode) -> Grant {
-        let mut ack = self
-            .obeyed
-            .clone()
-            .unwrap_or_else(|| Grant::follower("", 0, Order::default(), ""));
-        if ack.mode != in_effect {
-            ack.mode = in_effect;
-            ack.expires_boottime_ns = 0;
-            ack.expires_at = None;
-        }
-        ack.leader_start_failures = self.leader_start_failures;
-        self.trust.sign_ack(&mut ack);
-        ack
     }
 
     /// The exit code once shutdown has finished: the child and its whole group are gone.
@@ -860,7 +697,7 @@ impl Supervisor {
         let child_mode = self.child.running().map(|r| r.mode.to_string());
         let in_effect = self.in_effect(now);
         let expiry = self.leader_deadline();
-        let obeyed = self.obeyed.as_ref();
+        let obeyed = self.obedience.obeyed();
         self.status.send_replace(Status {
             mode: in_effect.to_string(),
             child_mode,
@@ -875,7 +712,7 @@ impl Supervisor {
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),
             seq: obeyed.map(|g| g.seq).unwrap_or(0),
-            kill_grace_ns: crate::grant::duration_ns(self.kill_grace()),
+            kill_grace_ns: crate::grant::duration_ns(self.obedience.kill_grace()),
             leader_start_failures: self.leader_start_failures,
             converge: self
                 .settings
