@@ -2,7 +2,8 @@
 //! role's page under docs/reference/ (or, for the flags every role shares, on
 //! docs/reference/README.md), so a new flag cannot ship undocumented. The README stays a short
 //! front page, user docs name no internal issue numbers, and every relative link between the
-//! docs resolves, anchors included.
+//! docs resolves, anchors included. The code layout page names every file of the roles it
+//! describes, and no file that is not there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -226,4 +227,86 @@ fn relative_links_between_the_docs_resolve() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The roles docs/design/layout.md describes, each in its section `## role`.
+const LAYOUT_ROLES: [&str; 2] = ["inject", "supervise"];
+
+/// The files the layout page names in the section of `role`: every word that ends in `.rs`,
+/// as a path from the repository root (under `src/role/` unless it starts with `src/`).
+fn layout_files(role: &str) -> Vec<PathBuf> {
+    let page = read("docs/design/layout.md");
+    let heading = format!("## {role}");
+    let section: Vec<&str> = page
+        .lines()
+        .skip_while(|l| l.trim_end() != heading)
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .collect();
+    assert!(
+        !section.is_empty(),
+        "docs/design/layout.md has no section {heading:?}"
+    );
+    let mut files: Vec<PathBuf> = section
+        .iter()
+        .flat_map(|l| l.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)))
+        .filter(|word| word.ends_with(".rs"))
+        .map(|word| {
+            if word.starts_with("src/") {
+                PathBuf::from(word)
+            } else {
+                Path::new("src").join(role).join(word)
+            }
+        })
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+#[test]
+fn the_layout_page_names_every_file_of_its_roles() {
+    let mut missing = Vec::new();
+    for role in LAYOUT_ROLES {
+        let named = layout_files(role);
+        let dir = Path::new("src").join(role);
+        let entries = std::fs::read_dir(Path::new(ROOT).join(&dir))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let mut on_disk = 0;
+        for entry in entries {
+            let name = PathBuf::from(entry.expect("dir entry").file_name());
+            if name.extension().is_some_and(|e| e == "rs") {
+                on_disk += 1;
+                if !named.contains(&dir.join(&name)) {
+                    missing.push(dir.join(&name).display().to_string());
+                }
+            }
+        }
+        assert!(on_disk > 5, "{}: too few .rs files found", dir.display());
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/design/layout.md does not name:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_file_the_layout_page_names_exists() {
+    let mut gone = Vec::new();
+    for role in LAYOUT_ROLES {
+        let named = layout_files(role);
+        assert!(named.len() > 5, "{role}: too few files parsed: {named:?}");
+        gone.extend(
+            named
+                .into_iter()
+                .filter(|file| !Path::new(ROOT).join(file).is_file())
+                .map(|file| format!("{role}: {}", file.display())),
+        );
+    }
+    assert!(
+        gone.is_empty(),
+        "docs/design/layout.md names files that do not exist:\n{}",
+        gone.join("\n")
+    );
 }

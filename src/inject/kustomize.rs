@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use serde_norway::{Mapping, Value};
 
 use super::names::VERSION;
-use super::{yaml, Injected, Rewrite};
+use super::run::{Injected, Rewrite};
+use super::yaml;
 use crate::atomic_file;
 
 /// The Kubernetes merge key (`patchMergeKey`) of the lists a pod-template rewrite touches.

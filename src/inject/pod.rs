@@ -125,8 +125,10 @@ pub fn not_a_target(pod: &Value, container: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inject::workload::tests::{opts, DEPLOYMENT};
-    use crate::inject::{inject, yaml::parse_stream, InjectOptions};
+    use crate::inject::native_election::PassmowerElection;
+    use crate::inject::target::tests::{opts, DEPLOYMENT};
+    use crate::inject::workload::tests::rewritten;
+    use crate::inject::yaml::parse_stream;
 
     const POD: &str = "apiVersion: v1
 kind: Pod
@@ -143,14 +145,6 @@ spec:
         parse_stream(POD).unwrap()[0].value.clone()
     }
 
-    /// `DEPLOYMENT` names no namespace, which the write fence `inject` adds must know.
-    fn with_namespace() -> InjectOptions {
-        InjectOptions {
-            namespace: Some("auth".into()),
-            ..opts()
-        }
-    }
-
     #[test]
     fn a_pod_gets_the_same_spec_as_injects_template() {
         let PodOutcome::Injected { pod, warnings } = inject_pod(&pod(), "pm", &opts()).unwrap()
@@ -158,9 +152,8 @@ spec:
             panic!("not injected");
         };
         assert!(warnings.is_empty(), "{warnings:?}");
-        let injected = inject(DEPLOYMENT, &with_namespace()).unwrap();
-        let template = &injected.rewrites[0].after["spec"]["template"]["spec"];
-        assert_eq!(&pod["spec"], template);
+        let (deployment, _) = rewritten(DEPLOYMENT, &opts());
+        assert_eq!(pod["spec"], deployment["spec"]["template"]["spec"]);
         assert_eq!(
             pod["metadata"]["annotations"][LEASE_ANNOTATION].as_str(),
             Some("pm")
@@ -195,7 +188,7 @@ spec:
         assert_eq!(enabled(&injected(&new, &opts())), ["false"]);
         assert!(enabled(&injected(POD, &opts())).is_empty());
         let ours = InjectOptions {
-            passmower_election: crate::inject::PassmowerElection::Ours,
+            passmower_election: PassmowerElection::Ours,
             ..opts()
         };
         assert_eq!(enabled(&injected(POD, &ours)), ["false"]);
@@ -214,9 +207,9 @@ spec:
 
     #[test]
     fn a_pod_of_an_injected_workload_is_left_as_it_is() {
-        let injected = inject(DEPLOYMENT, &with_namespace()).unwrap();
+        let (deployment, _) = rewritten(DEPLOYMENT, &opts());
         let mut from_template = pod();
-        from_template["spec"] = injected.rewrites[0].after["spec"]["template"]["spec"].clone();
+        from_template["spec"] = deployment["spec"]["template"]["spec"].clone();
         assert!(matches!(
             inject_pod(&from_template, "pm", &opts()).unwrap(),
             PodOutcome::Unchanged(reason) if reason.contains("passmower-elector-install")
@@ -247,7 +240,7 @@ spec:
 
         let broken = POD.replace("spec:\n  containers:", "spec:\n  volumes: 3\n  containers:");
         let value = parse_stream(&broken).unwrap()[0].value.clone();
-        let err = inject_pod(&value, "pm", &super::super::workload::tests::opts()).unwrap_err();
+        let err = inject_pod(&value, "pm", &crate::inject::target::tests::opts()).unwrap_err();
         assert!(
             err.to_string().contains("spec.volumes is not a list"),
             "{err}"

@@ -385,7 +385,7 @@ pub fn deny_idle_namespace(idle: &str, namespace: Option<&str>, workload: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inject::WorkloadKind;
+    use crate::inject::names::WorkloadKind;
     use serde_norway::Mapping;
 
     fn info(replicas: Option<u64>) -> Target {

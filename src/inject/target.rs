@@ -163,3 +163,52 @@ impl Target {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::inject::yaml::parse_stream;
+
+    /// The options the tests of the rewrite start from.
+    pub(crate) fn opts() -> InjectOptions {
+        InjectOptions::new("registry.example.com/passmower-elector:test")
+    }
+
+    /// The smallest target: a Passmower Deployment that sets nothing else.
+    pub(crate) const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pm
+spec:
+  selector:
+    matchLabels: {app: pm}
+  template:
+    spec:
+      containers:
+      - name: passmower
+        image: passmower:2.2.0
+";
+
+    /// The first document of `text` and the target it is.
+    pub(crate) fn target_of(text: &str, opts: &InjectOptions) -> (Value, Target) {
+        let docs = parse_stream(text).unwrap();
+        let target = Target::find(&docs[0].value, 1, opts)
+            .unwrap()
+            .expect("a target");
+        (docs[0].value.clone(), target)
+    }
+
+    #[test]
+    fn other_kinds_and_containers_are_not_targets() {
+        let docs = parse_stream(&DEPLOYMENT.replace("name: passmower", "name: other")).unwrap();
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
+        let sts = DEPLOYMENT.replace("kind: Deployment", "kind: StatefulSet");
+        let docs = parse_stream(&sts).unwrap();
+        assert!(Target::find(&docs[0].value, 1, &opts()).unwrap().is_none());
+        let opts = InjectOptions {
+            kinds: vec![WorkloadKind::StatefulSet],
+            ..opts()
+        };
+        assert!(Target::find(&docs[0].value, 1, &opts).unwrap().is_some());
+    }
+}
