@@ -19,7 +19,7 @@ use std::time::Duration;
 use hyper::Uri;
 
 use crate::config::{parse_positive_duration, ConfigError};
-use crate::election::Timing;
+use crate::election::{identity, Timing};
 use consumer::{CheckMode, ConsumerCheck};
 
 /// Where the service-account namespace is mounted in a pod.
@@ -161,7 +161,7 @@ impl ElectArgs {
             None => std::env::var("POD_UID").ok().filter(|u| !u.is_empty()),
         };
         if let Some(uid) = &pod_uid {
-            if !is_pod_uid(uid) {
+            if !identity::is_uid(uid) {
                 return Err(ConfigError::new(
                     "--pod-uid",
                     uid,
@@ -337,31 +337,23 @@ fn check_dns_subdomain(flag: &str, value: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Whether `s` has the form of a Kubernetes UID (an RFC 4122 UUID: 8-4-4-4-12 hexadecimal
-/// digits). Either case is accepted and kept as given: the write fence compares it
-/// byte for byte with the UID in the pod's ServiceAccount token.
-pub fn is_pod_uid(s: &str) -> bool {
-    // One definition with the parser of holder identities (adoption, issue 12).
-    crate::election::identity::is_uid(s)
+/// The holder identity of this process (see [`identity::build`]), with a random suffix of its
+/// own so two processes of one pod never share one.
+pub fn holder_identity(base: &str, pod_uid: Option<&str>) -> String {
+    identity::build(base, pod_uid, process_suffix())
 }
 
-/// The holder identity: `<base>_<pod-uid>_<suffix>` when the pod's UID is known, else
-/// `<base>_<suffix>`, with a random per-process suffix. A pod name never contains `_`, so the
-/// prefix up to the second `_` names one pod incarnation: what the write fence admits.
-pub fn holder_identity(base: &str, pod_uid: Option<&str>) -> String {
+/// 32 random bits from the kernel.
+fn process_suffix() -> u32 {
     let mut bytes = [0u8; 4];
     let random = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
         .is_ok();
-    let suffix = if random {
+    if random {
         u32::from_le_bytes(bytes)
     } else {
         // Without /dev/urandom, pid and boot time still differ between processes of one node.
         (std::process::id() ^ (crate::clock::BootInstant::now().as_nanos() as u32)).rotate_left(7)
-    };
-    match pod_uid {
-        Some(uid) => format!("{base}_{uid}_{suffix:08x}"),
-        None => format!("{base}_{suffix:08x}"),
     }
 }
 
@@ -477,13 +469,15 @@ mod tests {
     const UID: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
 
     #[test]
-    fn the_holder_identity_carries_the_pod_uid_between_name_and_suffix() {
+    fn the_holder_identity_with_a_pod_uid_names_this_pod_and_differs_per_call() {
         let a = holder_identity("passmower-7d9f-abcde", Some(UID));
         let b = holder_identity("passmower-7d9f-abcde", Some(UID));
-        let prefix = format!("passmower-7d9f-abcde_{UID}_");
-        assert!(a.starts_with(&prefix), "{a}");
-        assert_eq!(a.len(), prefix.len() + 8, "{a}");
-        assert!(a[prefix.len()..].chars().all(|c| c.is_ascii_hexdigit()));
+        let (pa, pb) = (
+            identity::HolderIdentity::parse(&a).expect("parses"),
+            identity::HolderIdentity::parse(&b).expect("parses"),
+        );
+        assert_eq!((pa.pod_name, pa.pod_uid), ("passmower-7d9f-abcde", UID));
+        assert!(pa.same_pod(&pb));
         assert_ne!(a, b);
     }
 
@@ -504,7 +498,6 @@ mod tests {
             assert_eq!(e.flag, "--pod-uid", "{bad}");
             assert!(e.reason.contains("8-4-4-4-12"), "{e}");
         }
-        assert!(is_pod_uid(&UID.to_uppercase()));
     }
 
     #[test]
