@@ -4,6 +4,7 @@
 
 pub mod consumer;
 pub mod events;
+pub mod lease_api;
 pub mod metrics;
 pub mod outputs;
 pub mod own_pod;

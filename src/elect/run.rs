@@ -41,9 +41,9 @@ use super::status::SharedStatus;
 use super::{holder_identity, ElectConfig};
 use crate::clock::{self, BootInstant};
 use crate::config::ConfigError;
+use crate::elect::lease_api::{observe, LeaseApi, WatchItem};
 use crate::election::adoption::Inheritance;
 use crate::election::candidate::Source;
-use crate::election::lease_api::{observe, LeaseApi, WatchItem};
 use crate::election::record::Observed;
 use crate::election::Candidate;
 

@@ -20,8 +20,8 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::record::Observed;
 use crate::clock::BootInstant;
+use crate::election::record::Observed;
 
 /// `timeoutSeconds` of every watch request: the server ends the stream then (with a bookmark
 /// two seconds before), and the watch resumes from the last version it saw.
