@@ -34,16 +34,17 @@ use signal_hook_tokio::Signals;
 use super::consumer::{ConsumerCheck, ConsumerState};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
+use super::options::ElectConfig;
 use super::outputs::Outputs;
 use super::own_pod::{OwnPod, PodState};
 use super::probes::{self, ProbeState};
 use super::status::SharedStatus;
-use super::{holder_identity, ElectConfig};
 use crate::clock::{self, BootInstant};
 use crate::config::ConfigError;
 use crate::elect::lease_api::{observe, LeaseApi, WatchItem};
 use crate::election::adoption::Inheritance;
 use crate::election::candidate::Source;
+use crate::election::identity;
 use crate::election::record::Observed;
 use crate::election::Candidate;
 
@@ -61,6 +62,26 @@ async fn kube_client() -> Result<kube::Client, String> {
         hyper::header::HeaderValue::from_static(USER_AGENT),
     ));
     kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// The holder identity of this process (see [`identity::build`]), with a random suffix of its
+/// own so two processes of one pod never share one.
+fn holder_identity(base: &str, pod_uid: Option<&str>) -> String {
+    identity::build(base, pod_uid, process_suffix())
+}
+
+/// 32 random bits from the kernel.
+fn process_suffix() -> u32 {
+    let mut bytes = [0u8; 4];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if random {
+        u32::from_le_bytes(bytes)
+    } else {
+        // Without /dev/urandom, pid and boot time still differ between processes of one node.
+        (std::process::id() ^ (crate::clock::BootInstant::now().as_nanos() as u32)).rotate_left(7)
+    }
 }
 
 /// Sets up the probe server, the API client and signals, then runs the loop to the end.
@@ -499,5 +520,34 @@ impl Elector {
         {
             self.acquire().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
+
+    #[test]
+    fn holder_identities_differ_per_call() {
+        let a = holder_identity("pod", None);
+        let b = holder_identity("pod", None);
+        assert!(a.starts_with("pod_") && b.starts_with("pod_"));
+        assert_eq!(a.len(), "pod_".len() + 8, "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_holder_identity_with_a_pod_uid_names_this_pod_and_differs_per_call() {
+        let a = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let b = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let (pa, pb) = (
+            identity::HolderIdentity::parse(&a).expect("parses"),
+            identity::HolderIdentity::parse(&b).expect("parses"),
+        );
+        assert_eq!((pa.pod_name, pa.pod_uid), ("passmower-7d9f-abcde", UID));
+        assert!(pa.same_pod(&pb));
+        assert_ne!(a, b);
     }
 }
