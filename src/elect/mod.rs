@@ -19,19 +19,5 @@ pub use options::{ElectArgs, ElectConfig};
 
 /// Entry point of `passmower-elector elect`.
 pub fn main(args: ElectArgs) -> ExitCode {
-    let config = match args.into_config() {
-        Ok(c) => c,
-        Err(e) => return e.report(),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("passmower-elector elect: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(run::start(config))
+    crate::runtime::run("elect", args.into_config(), run::start)
 }
