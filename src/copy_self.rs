@@ -21,8 +21,20 @@ pub fn main(args: CopySelfArgs) -> ExitCode {
     }
 }
 
+/// Why the binary could not be copied.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("cannot read the running binary: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("cannot write {}: {source}", .dest.display())]
+    Write {
+        dest: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Copies the running executable to `dest` atomically with mode 0755.
-pub fn copy_self(dest: &std::path::Path) -> Result<(), String> {
+pub fn copy_self(dest: &std::path::Path) -> Result<(), CopyError> {
     // /proc/self/exe names the running image even if the file was replaced since it started.
     // Without /proc (an empty chroot, some sandboxes) argv[0] still names the file when it
     // holds a path, as it does in the injected initContainer's absolute `command`.
@@ -34,7 +46,9 @@ pub fn copy_self(dest: &std::path::Path) -> Result<(), String> {
             }
             _ => Err(e),
         })
-        .map_err(|e| format!("cannot read the running binary: {e}"))?;
-    atomic_file::write_with_mode(dest, &bytes, 0o755)
-        .map_err(|e| format!("cannot write {}: {e}", dest.display()))
+        .map_err(CopyError::Read)?;
+    atomic_file::write_with_mode(dest, &bytes, 0o755).map_err(|source| CopyError::Write {
+        dest: dest.to_owned(),
+        source,
+    })
 }

@@ -15,5 +15,6 @@ pub mod grant;
 pub mod inject;
 pub mod logging;
 pub mod probe_server;
+pub mod runtime;
 pub mod supervise;
 pub mod webhook;

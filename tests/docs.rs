@@ -3,7 +3,7 @@
 //! docs/reference/README.md), so a new flag cannot ship undocumented. The README stays a short
 //! front page, user docs name no internal issue numbers, and every relative link between the
 //! docs resolves, anchors included. The code layout page names every file of the roles it
-//! describes, and no file that is not there.
+//! describes (in their subfolders too), and no file that is not there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -230,7 +230,7 @@ fn relative_links_between_the_docs_resolve() {
 }
 
 /// The roles docs/design/layout.md describes, each in its section `## role`.
-const LAYOUT_ROLES: [&str; 2] = ["inject", "supervise"];
+const LAYOUT_ROLES: [&str; 4] = ["election", "elect", "inject", "supervise"];
 
 /// The files the layout page names in the section of `role`: every word that ends in `.rs`,
 /// as a path from the repository root (under `src/role/` unless it starts with `src/`).
@@ -264,25 +264,41 @@ fn layout_files(role: &str) -> Vec<PathBuf> {
     files
 }
 
+/// The `.rs` files under `dir` (relative to the repository root), in its subfolders too.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(Path::new(ROOT).join(dir))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.expect("dir entry");
+        let path = dir.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[test]
 fn the_layout_page_names_every_file_of_its_roles() {
     let mut missing = Vec::new();
     for role in LAYOUT_ROLES {
         let named = layout_files(role);
         let dir = Path::new("src").join(role);
-        let entries = std::fs::read_dir(Path::new(ROOT).join(&dir))
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let mut on_disk = 0;
-        for entry in entries {
-            let name = PathBuf::from(entry.expect("dir entry").file_name());
-            if name.extension().is_some_and(|e| e == "rs") {
-                on_disk += 1;
-                if !named.contains(&dir.join(&name)) {
-                    missing.push(dir.join(&name).display().to_string());
-                }
-            }
-        }
-        assert!(on_disk > 5, "{}: too few .rs files found", dir.display());
+        let on_disk = rust_files(&dir);
+        assert!(
+            on_disk.len() > 5,
+            "{}: too few .rs files found",
+            dir.display()
+        );
+        missing.extend(
+            on_disk
+                .into_iter()
+                .filter(|file| !named.contains(file))
+                .map(|file| file.display().to_string()),
+        );
     }
     assert!(
         missing.is_empty(),

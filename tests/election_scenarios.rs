@@ -737,6 +737,41 @@ fn unsafe_or_malformed_flags_exit_2_naming_the_flag() {
     }
 }
 
+/// A kubeconfig that cannot be read is no bad flag value but a role that cannot start: exit 1,
+/// with the file named, after the flags have passed their checks.
+#[test]
+fn a_missing_kubeconfig_file_exits_1_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flag_file = dir.path().join("grant.json").to_string_lossy().into_owned();
+    let kubeconfig = dir.path().join("no-such-kubeconfig");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
+        .args([
+            "elect",
+            "--namespace",
+            "ns",
+            "--identity",
+            "pod",
+            "--flag-file",
+            &flag_file,
+            "--probe-addr",
+            "127.0.0.1:0",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        // Not in a pod either: nothing else to fall back on.
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .expect("run binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&kubeconfig.display().to_string()),
+        "the message must name {}: {stderr}",
+        kubeconfig.display()
+    );
+    assert!(!stderr.contains("configuration error"), "{stderr}");
+}
+
 /// Runs a future to completion from synchronous polling code (the harness's `wait_until`).
 fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))

@@ -21,7 +21,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::election::lease_api::{WATCH_DEADLINE_SLACK, WATCH_IDLE_LIMIT, WATCH_TIMEOUT_SECONDS};
+use crate::elect::lease_api::{WATCH_DEADLINE_SLACK, WATCH_IDLE_LIMIT, WATCH_TIMEOUT_SECONDS};
 
 /// The longest wait between two reads of a Pod that cannot be watched (not found, refused).
 const MAX_RETRY: Duration = Duration::from_secs(30);

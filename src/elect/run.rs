@@ -34,69 +34,58 @@ use signal_hook_tokio::Signals;
 use super::consumer::{ConsumerCheck, ConsumerState};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
+use super::options::ElectConfig;
 use super::outputs::Outputs;
 use super::own_pod::{OwnPod, PodState};
 use super::probes::{self, ProbeState};
 use super::status::SharedStatus;
-use super::{holder_identity, ElectConfig};
 use crate::clock::{self, BootInstant};
-use crate::config::ConfigError;
+use crate::elect::lease_api::{observe, LeaseApi, WatchItem};
 use crate::election::adoption::Inheritance;
 use crate::election::candidate::Source;
-use crate::election::lease_api::{observe, LeaseApi, WatchItem};
+use crate::election::identity;
 use crate::election::record::Observed;
 use crate::election::Candidate;
+use crate::runtime::{self, RoleError};
 
 /// The User-Agent of every API request, so audit logs and API priority and fairness can tell
-/// the elector from other clients of the same ServiceAccount.
+/// the elector from other clients of the same ServiceAccount. (kube 5 offers no TCP keepalive
+/// setting on its default stack; dead connections are caught by the per-call timeouts and the
+/// watch's idle limit instead.)
 pub const USER_AGENT: &str = concat!("passmower-elector/", env!("CARGO_PKG_VERSION"), " (elect)");
 
-/// The kube client configuration found the usual way (`KUBECONFIG`, then in-cluster), with our
-/// User-Agent. (kube 5 offers no TCP keepalive setting on its default stack; dead connections
-/// are caught by the per-call timeouts and the watch's idle limit instead.)
-async fn kube_client() -> Result<kube::Client, String> {
-    let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
-    config.headers.push((
-        hyper::header::USER_AGENT,
-        hyper::header::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config).map_err(|e| e.to_string())
+/// The holder identity of this process (see [`identity::build`]), with a random suffix of its
+/// own so two processes of one pod never share one.
+fn holder_identity(base: &str, pod_uid: Option<&str>) -> String {
+    identity::build(base, pod_uid, process_suffix())
 }
 
-/// Sets up the probe server, the API client and signals, then runs the loop to the end.
-pub async fn start(config: ElectConfig) -> ExitCode {
+/// 32 random bits from the kernel.
+fn process_suffix() -> u32 {
+    let mut bytes = [0u8; 4];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if random {
+        u32::from_le_bytes(bytes)
+    } else {
+        // Without /dev/urandom, pid and boot time still differ between processes of one node.
+        (std::process::id() ^ (crate::clock::BootInstant::now().as_nanos() as u32)).rotate_left(7)
+    }
+}
+
+/// Sets up the probe server, the API client and signals, then runs the loop to the end. What
+/// cannot be set up ends the role before the loop starts (see [`crate::runtime`]).
+pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
     let holder = holder_identity(&config.identity, config.pod_uid.as_deref());
-    let listener = match probes::bind(config.probe_addr) {
-        Ok(l) => l,
-        Err(e) => {
-            return ConfigError::new(
-                "--probe-addr",
-                config.probe_addr.to_string(),
-                format!("cannot listen: {e}"),
-            )
-            .report()
-        }
-    };
-    let client = match kube_client().await {
-        Ok(c) => c,
-        Err(e) => {
-            return ConfigError::new(
-                "KUBECONFIG",
-                std::env::var("KUBECONFIG").unwrap_or_default(),
-                format!(
-                    "no usable Kubernetes client configuration (KUBECONFIG, then in-cluster): {e}"
-                ),
-            )
-            .report()
-        }
-    };
-    let signals = match Signals::new([SIGTERM, SIGINT]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("passmower-elector elect: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let listener = probes::bind(config.probe_addr).map_err(|source| RoleError::Listen {
+        flag: "--probe-addr",
+        addr: config.probe_addr,
+        source,
+    })?;
+    let client = runtime::kube_client(Some(USER_AGENT)).await?;
+    let signals = Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| RoleError::start("cannot install signal handlers", e))?;
 
     let (metrics, registry) = Metrics::new();
     let status = SharedStatus::default();
@@ -110,10 +99,8 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         timing: config.timing,
     });
     // Its own thread and runtime: nothing the probe port receives can delay the loop.
-    if let Err(e) = probes::spawn(listener, probe_state) {
-        eprintln!("passmower-elector elect: cannot start the probe server: {e}");
-        return ExitCode::FAILURE;
-    }
+    probes::spawn(listener, probe_state)
+        .map_err(|e| RoleError::start("cannot start the probe server", e))?;
 
     let api = LeaseApi::new(
         client.clone(),
@@ -126,7 +113,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
     // Before anything of ours is written to the volume: what the previous elector of this pod
     // left there (its token is about to be replaced by ours).
     let inheritance = super::outputs::inherit::read(&config.flag_file, BootInstant::now());
-    let mut outputs = match Outputs::new(
+    let mut outputs = Outputs::new(
         config.flag_file.clone(),
         api.reference(),
         config.toggle_url.clone(),
@@ -134,13 +121,8 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         config.timing.retry_period,
         config.timing.renew_deadline,
         config.timing.kill_grace,
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("passmower-elector elect: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    )
+    .map_err(|e| RoleError::start("cannot make this elector's grant key", e))?;
     if let Some(until) = inheritance
         .as_ref()
         .and_then(|i| i.window(BootInstant::now()))
@@ -208,7 +190,7 @@ pub async fn start(config: ElectConfig) -> ExitCode {
         own_pod_target: Some(own_pod_target),
         pod_state: PodState::Pending,
     };
-    elector.run(signals).await
+    Ok(elector.run(signals).await)
 }
 
 struct Elector {
@@ -499,5 +481,34 @@ impl Elector {
         {
             self.acquire().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
+
+    #[test]
+    fn holder_identities_differ_per_call() {
+        let a = holder_identity("pod", None);
+        let b = holder_identity("pod", None);
+        assert!(a.starts_with("pod_") && b.starts_with("pod_"));
+        assert_eq!(a.len(), "pod_".len() + 8, "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_holder_identity_with_a_pod_uid_names_this_pod_and_differs_per_call() {
+        let a = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let b = holder_identity("passmower-7d9f-abcde", Some(UID));
+        let (pa, pb) = (
+            identity::HolderIdentity::parse(&a).expect("parses"),
+            identity::HolderIdentity::parse(&b).expect("parses"),
+        );
+        assert_eq!((pa.pod_name, pa.pod_uid), ("passmower-7d9f-abcde", UID));
+        assert!(pa.same_pod(&pb));
+        assert_ne!(a, b);
     }
 }

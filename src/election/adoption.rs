@@ -224,8 +224,8 @@ mod tests {
     const UID: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
     const OTHER_UID: &str = "7e1d2c3b-0000-4d0a-9a57-3c2e1d7b8f40";
 
-    fn id(pod: &str, uid: &str, suffix: &str) -> String {
-        format!("{pod}_{uid}_{suffix}")
+    fn id(pod: &str, uid: &str, suffix: u32) -> String {
+        crate::election::identity::build(pod, Some(uid), suffix)
     }
 
     fn at(secs: u64) -> BootInstant {
@@ -258,8 +258,8 @@ mod tests {
 
     #[test]
     fn an_earlier_process_of_this_pod_with_a_live_acked_grant_is_adopted() {
-        let me = id("pod-a", UID, "00000002");
-        let old = id("pod-a", UID, "00000001");
+        let me = id("pod-a", UID, 2);
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), leading());
         assert_eq!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 3),
@@ -282,8 +282,8 @@ mod tests {
     fn the_same_name_with_another_uid_is_another_pod_and_never_adopts() {
         // A StatefulSet replica or a force-deleted pod recreated under the same name, even
         // with a live, acked grant on the volume (the worst case: a shared volume).
-        let me = id("pod-a", OTHER_UID, "00000002");
-        let old = id("pod-a", UID, "00000001");
+        let me = id("pod-a", OTHER_UID, 2);
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), leading());
         assert_eq!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 3),
@@ -293,13 +293,13 @@ mod tests {
 
     #[test]
     fn without_a_pod_uid_on_either_side_nothing_is_adopted() {
-        let old = id("pod-a", UID, "00000001");
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), leading());
         assert_eq!(
             decide("pod-a_00000002", &held(Some(&old)), Some(&inh), at(100), 3),
             Decision::Decline(Declined::NoPodUid)
         );
-        let me = id("pod-a", UID, "00000002");
+        let me = id("pod-a", UID, 2);
         let legacy = "pod-a_00000001";
         let inh = inherited(legacy, Some(110), leading());
         assert!(matches!(
@@ -310,10 +310,10 @@ mod tests {
 
     #[test]
     fn a_lease_of_another_pod_released_absent_or_our_own_is_not_adopted() {
-        let me = id("pod-a", UID, "00000002");
-        let old = id("pod-a", UID, "00000001");
+        let me = id("pod-a", UID, 2);
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), leading());
-        let b = id("pod-b", OTHER_UID, "00000009");
+        let b = id("pod-b", OTHER_UID, 9);
         assert_eq!(
             decide(&me, &held(Some(&b)), Some(&inh), at(100), 3),
             Decision::Decline(Declined::OtherPod { holder: b })
@@ -334,9 +334,9 @@ mod tests {
 
     #[test]
     fn only_a_live_leader_grant_for_the_record_s_holder_that_the_app_runs_under_is_continued() {
-        let me = id("pod-a", UID, "00000003");
-        let old = id("pod-a", UID, "00000002");
-        let older = id("pod-a", UID, "00000001");
+        let me = id("pod-a", UID, 3);
+        let old = id("pod-a", UID, 2);
+        let older = id("pod-a", UID, 1);
         let record = held(Some(&old));
         let cases = [
             (None, Declined::NothingInherited),
@@ -376,8 +376,8 @@ mod tests {
 
     #[test]
     fn an_app_failing_as_leader_makes_the_restarted_elector_finish_the_step_down() {
-        let me = id("pod-a", UID, "00000002");
-        let old = id("pod-a", UID, "00000001");
+        let me = id("pod-a", UID, 2);
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), ConsumerState::Leader { failures: 3 });
         assert_eq!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 3),
@@ -390,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_window_closes_at_the_inherited_grant_s_expiry() {
-        let old = id("pod-a", UID, "00000001");
+        let old = id("pod-a", UID, 1);
         let inh = inherited(&old, Some(110), leading());
         assert_eq!(inh.window(at(100)), Some(at(110)));
         assert_eq!(inh.window(at(110)), None);

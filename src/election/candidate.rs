@@ -171,7 +171,7 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// `holder_id` must be unique per process (see `elect::identity`).
+    /// `holder_id` must be unique per process (see `election::identity`).
     pub fn new(holder_id: impl Into<String>, timing: Timing) -> Self {
         Candidate {
             holder_id: holder_id.into(),

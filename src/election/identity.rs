@@ -1,5 +1,6 @@
-//! Holder identities: what an identity says about the pod and the process that wrote it, and
-//! the one question adoption asks of two of them — are they two processes of one pod?
+//! Holder identities: the one definition of how an elector's identity is written and read —
+//! what it says about the pod and the process that wrote it, and the one question adoption asks
+//! of two of them: are they two processes of one pod?
 //!
 //! An elector that knows its pod's UID writes `<pod-name>_<pod-uid>_<suffix>`: the pod name for
 //! people reading `kubectl get lease`, the full UID (downward API `metadata.uid`) to tell this
@@ -8,6 +9,23 @@
 //! identity. A pod name (a DNS-1123 subdomain) and a UID never contain `_`, so the identity
 //! splits at its two underscores without ambiguity. Without a UID it is `<base>_<suffix>`, which
 //! names no pod incarnation and is never adopted.
+//!
+//! Pure: the random suffix is drawn by the caller (`elect`), so building and parsing can be
+//! tested against each other. The write fence's admission policy (`inject::fence`) checks the
+//! same prefix, `<pod-name>_<pod-uid>_`, in CEL.
+
+/// Joins the parts of a holder identity; neither a pod name nor a UID can contain it.
+pub const SEPARATOR: char = '_';
+
+/// The holder identity of one elector process: `<base>_<pod-uid>_<suffix>` when the pod's UID
+/// is known, else `<base>_<suffix>`; the suffix is written as 8 hexadecimal digits. With a UID,
+/// `base` must be the pod's name for [`HolderIdentity::parse`] to read the result back.
+pub fn build(base: &str, pod_uid: Option<&str>, suffix: u32) -> String {
+    match pod_uid {
+        Some(uid) => format!("{base}{SEPARATOR}{uid}{SEPARATOR}{suffix:08x}"),
+        None => format!("{base}{SEPARATOR}{suffix:08x}"),
+    }
+}
 
 /// The parts of a holder identity `<pod-name>_<pod-uid>_<suffix>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +40,7 @@ impl<'a> HolderIdentity<'a> {
     /// Parses `<pod-name>_<pod-uid>_<suffix>`; `None` for anything else — an identity without a
     /// UID (an elector without `--pod-uid`, an older one), a client-go peer's, a hand edit.
     pub fn parse(identity: &'a str) -> Option<Self> {
-        let mut parts = identity.split('_');
+        let mut parts = identity.split(SEPARATOR);
         let (pod_name, pod_uid, suffix) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some()
             || !crate::config::is_dns1123_subdomain(pod_name)
@@ -48,7 +66,9 @@ impl<'a> HolderIdentity<'a> {
     }
 }
 
-/// A Kubernetes UID as the downward API gives it: an RFC 4122 UUID, 8-4-4-4-12 hex digits.
+/// Whether `s` has the form of a Kubernetes UID as the downward API gives it (an RFC 4122 UUID:
+/// 8-4-4-4-12 hexadecimal digits). Either case is accepted and kept as given: the write fence
+/// compares it byte for byte with the UID in the pod's ServiceAccount token.
 pub fn is_uid(s: &str) -> bool {
     let bytes = s.as_bytes();
     bytes.len() == 36
@@ -71,6 +91,55 @@ mod tests {
         assert_eq!(h.pod_name, "passmower-7d9f-abcde");
         assert_eq!(h.pod_uid, UID);
         assert_eq!(h.suffix, "1a2b3c4d");
+    }
+
+    #[test]
+    fn a_built_identity_with_a_pod_uid_parses_back_to_its_parts() {
+        for (name, uid, suffix) in [
+            ("passmower-7d9f-abcde", UID, 0x1a2b3c4d),
+            ("pod.with.dots", UID, 0),
+            ("p", &*UID.to_uppercase(), u32::MAX),
+        ] {
+            let id = build(name, Some(uid), suffix);
+            let hex = format!("{suffix:08x}");
+            assert_eq!(
+                HolderIdentity::parse(&id),
+                Some(HolderIdentity {
+                    pod_name: name,
+                    pod_uid: uid,
+                    suffix: &hex,
+                }),
+                "{id}"
+            );
+        }
+        assert_eq!(
+            build("passmower-7d9f-abcde", Some(UID), 0x1a2b3c4d),
+            format!("passmower-7d9f-abcde_{UID}_1a2b3c4d")
+        );
+    }
+
+    #[test]
+    fn a_built_identity_without_a_pod_uid_names_no_pod() {
+        let id = build("passmower-7d9f-abcde", None, 7);
+        assert_eq!(id, "passmower-7d9f-abcde_00000007");
+        assert_eq!(HolderIdentity::parse(&id), None);
+        // A base that is no pod name does not parse either, UID or not.
+        assert_eq!(HolderIdentity::parse(&build("pod_a", Some(UID), 7)), None);
+    }
+
+    #[test]
+    fn a_uid_in_either_case_but_no_other_form() {
+        assert!(is_uid(UID));
+        assert!(is_uid(&UID.to_uppercase()));
+        for bad in [
+            "abc",
+            "0f9c3a52_6b1e_4d0a_9a57_3c2e1d7b8f40",
+            "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f4",
+            "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f4g",
+            "0f9c3a526b1e4d0a9a573c2e1d7b8f40aaaa",
+        ] {
+            assert!(!is_uid(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -184,10 +184,19 @@ pub fn write_token(path: &Path, token: &Token) -> io::Result<()> {
 pub enum TokenError {
     #[error("cannot read the elector's token file {path}: {source}")]
     Unreadable { path: PathBuf, source: io::Error },
+    /// Not a small regular file: a FIFO, a device, a directory, or too large to be a token.
+    #[error("refusing the token file {path}: {source}")]
+    NotRegular { path: PathBuf, source: io::Error },
+    /// Owned by another UID, or readable or writable by group or others.
     #[error("refusing the token file {path}: {reason}")]
     Untrusted { path: PathBuf, reason: String },
-    #[error("the token file {path} is malformed: {reason}")]
-    Malformed { path: PathBuf, reason: String },
+    #[error("the token file {path} is malformed: {source}")]
+    Malformed {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("the token file {path} is malformed: key is not {} hex digits", KEY_LEN * 2)]
+    BadKey { path: PathBuf },
 }
 
 impl TokenError {
@@ -216,7 +225,10 @@ pub fn read_token(path: &Path, owners: &[u32]) -> Result<Option<Token>, TokenErr
         return Ok(None);
     };
     let meta = file.metadata().map_err(unreadable)?;
-    atomic_file::check_regular(&meta, MAX_TOKEN_FILE).map_err(|e| untrusted(e.to_string()))?;
+    atomic_file::check_regular(&meta, MAX_TOKEN_FILE).map_err(|source| TokenError::NotRegular {
+        path: path.to_owned(),
+        source,
+    })?;
     if !owners.contains(&meta.uid()) {
         return Err(untrusted(format!(
             "owned by uid {}, not by a trusted uid {owners:?} (this process's or --elector-uid)",
@@ -230,13 +242,14 @@ pub fn read_token(path: &Path, owners: &[u32]) -> Result<Option<Token>, TokenErr
         )));
     }
     let bytes = atomic_file::read_open_file(file, MAX_TOKEN_FILE).map_err(unreadable)?;
-    let malformed = |reason: String| TokenError::Malformed {
+    let parsed: TokenFile =
+        serde_json::from_slice(&bytes).map_err(|source| TokenError::Malformed {
+            path: path.to_owned(),
+            source,
+        })?;
+    let key = Key::from_hex(&parsed.key).ok_or_else(|| TokenError::BadKey {
         path: path.to_owned(),
-        reason,
-    };
-    let parsed: TokenFile = serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
-    let key = Key::from_hex(&parsed.key)
-        .ok_or_else(|| malformed(format!("key is not {} hex digits", KEY_LEN * 2)))?;
+    })?;
     Ok(Some(Token {
         incarnation: parsed.incarnation,
         key,

@@ -41,9 +41,9 @@
 //!   both groups are gone, with the serving instance's status. `--leader-port-map` moves a Node
 //!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
 //!
-//! This file holds the runtime, the exit codes and the wiring of the tasks; the flags and their
-//! checks are in `options.rs`, the loop in `supervisor.rs`, what it obeys and acks in
-//! `obedience.rs` (docs/design/layout.md has the rest).
+//! This file holds the wiring of the tasks (the runtime and the exit codes are
+//! [`crate::runtime`]'s); the flags and their checks are in `options.rs`, the loop in
+//! `supervisor.rs`, what it obeys and acks in `obedience.rs` (docs/design/layout.md has the rest).
 
 mod child;
 pub mod converge;
@@ -72,24 +72,9 @@ use supervisor::Supervisor;
 /// failure to start the runtime or the supervisor's own machinery exits 1; otherwise the exit
 /// code is the supervisor's (the app's, at shutdown).
 pub fn main(args: SuperviseArgs) -> ExitCode {
-    let prepared = match options::prepare(args) {
-        Ok(p) => p,
-        Err(e) => return e.report(),
-    };
-    // One thread: the loop is I/O-bound and tiny, and a single thread keeps the RSS small and
-    // makes `waitpid(-1)` the only reaper without locking.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("passmower-elector supervise: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    ExitCode::from(runtime.block_on(run(prepared)))
+    crate::runtime::run("supervise", options::prepare(args), |p| async {
+        Ok(run(p).await.into())
+    })
 }
 
 async fn run(p: options::Prepared) -> u8 {

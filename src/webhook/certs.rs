@@ -30,8 +30,23 @@ const CA_NAME: &str = "passmower-elector webhook CA";
 pub enum CertError {
     #[error("cannot make a certificate: {0}")]
     Generate(#[from] rcgen::Error),
-    #[error("{what}: {reason}")]
-    Invalid { what: String, reason: String },
+    /// What was read cannot be served: `what` names the source, `problem` says what is wrong.
+    #[error("{what}: {problem}")]
+    Invalid { what: String, problem: &'static str },
+    /// The certificate or key file is not PEM.
+    #[error("{what}: {problem}: {source}")]
+    Pem {
+        what: String,
+        problem: &'static str,
+        source: rustls_pki_types::pem::Error,
+    },
+    /// rustls refuses the key, or the key does not sign for the certificate.
+    #[error("{what}: {problem}: {source}")]
+    Key {
+        what: String,
+        problem: &'static str,
+        source: rustls::Error,
+    },
 }
 
 /// A CA and the serving certificate it signed, both valid for the same period.
@@ -129,29 +144,40 @@ pub fn parse_pem_pair(
     key_pem: &[u8],
     what: &str,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), CertError> {
-    let invalid = |reason: String| CertError::Invalid {
+    let invalid = |problem| CertError::Invalid {
         what: what.to_owned(),
-        reason,
+        problem,
+    };
+    let pem = |problem| {
+        move |source| CertError::Pem {
+            what: what.to_owned(),
+            problem,
+            source,
+        }
+    };
+    let key_error = |problem| {
+        move |source| CertError::Key {
+            what: what.to_owned(),
+            problem,
+            source,
+        }
     };
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| invalid(format!("the certificate file is not PEM: {e}")))?;
+        .map_err(pem("the certificate file is not PEM"))?;
     if chain.is_empty() {
-        return Err(invalid(
-            "the certificate file holds no CERTIFICATE block".into(),
-        ));
+        return Err(invalid("the certificate file holds no CERTIFICATE block"));
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| invalid(format!("the key file holds no usable private key: {e}")))?;
+        .map_err(pem("the key file holds no usable private key"))?;
     // The key must sign for the certificate's public key, or every handshake fails later.
     let signing = rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|e| invalid(format!("the private key is not usable: {e}")))?;
+        .map_err(key_error("the private key is not usable"))?;
     let certified = rustls::sign::CertifiedKey::new(chain.clone(), signing);
     certified
         .keys_match()
-        .map_err(|e| invalid(format!("the key does not belong to the certificate: {e}")))?;
-    validity(&chain[0])
-        .ok_or_else(|| invalid("the certificate's validity is unreadable".into()))?;
+        .map_err(key_error("the key does not belong to the certificate"))?;
+    validity(&chain[0]).ok_or_else(|| invalid("the certificate's validity is unreadable"))?;
     Ok((chain, key))
 }
 

@@ -37,6 +37,7 @@ pub use server::MUTATE_PATH;
 
 use crate::config::{self, ConfigError};
 use crate::inject::{InjectOptions, SidecarArgs};
+use crate::runtime::RoleError;
 
 /// The Service name the chart gives the webhook; the certificate's default names derive from it.
 pub const DEFAULT_SERVICE: &str = "passmower-elector-webhook";
@@ -309,36 +310,16 @@ fn own_namespace() -> Option<String> {
 
 /// The `webhook` role.
 pub fn main(args: WebhookArgs) -> ExitCode {
-    let config = match args.into_config() {
-        Ok(c) => c,
-        Err(e) => return e.report(),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("passmower-elector webhook: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(run(config))
+    crate::runtime::run("webhook", args.into_config(), run)
 }
 
-/// Runs the webhook until SIGTERM or SIGINT.
-pub async fn run(config: WebhookConfig) -> ExitCode {
-    let fail = |message: String| {
-        eprintln!("passmower-elector webhook: {message}");
-        ExitCode::FAILURE
-    };
+/// Runs the webhook until SIGTERM or SIGINT. What cannot be set up ends the role before it
+/// serves (see [`crate::runtime`]).
+pub async fn run(config: WebhookConfig) -> Result<ExitCode, RoleError> {
     let needs_client =
         config.rbac_check.is_some() || matches!(config.certs, CertSource::SelfSigned { .. });
     let client = if needs_client {
-        match kube::Client::try_default().await {
-            Ok(client) => Some(client),
-            Err(e) => return fail(format!("cannot configure the Kubernetes client: {e}")),
-        }
+        Some(crate::runtime::kube_client(None).await?)
     } else {
         None
     };
@@ -363,10 +344,7 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
                 state: cert_state.clone(),
                 metrics: metrics.clone(),
             };
-            let seen = match files.load() {
-                Ok(seen) => seen,
-                Err(e) => return e.report(),
-            };
+            let seen = files.load()?;
             tokio::spawn(files.run(seen, stop_rx.clone()))
         }
         CertSource::SelfSigned {
@@ -378,7 +356,10 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
             resync,
         } => {
             let Some(client) = client.clone() else {
-                return fail("internal: no client for the caBundle".into());
+                return Err(RoleError::start(
+                    "internal",
+                    "no Kubernetes client for the caBundle",
+                ));
             };
             keeper = Some(ca_bundle::BundleKeeper::new(client.clone(), configuration));
             let rotation = rotation::SelfSigned {
@@ -396,41 +377,29 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
         }
     };
 
-    let tls = match tls::server_config(slot.clone()) {
-        Ok(tls) => tls,
-        Err(e) => return fail(format!("cannot set up TLS: {e}")),
-    };
-    let listener = match TcpListener::bind(config.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            return ConfigError::new(
-                "--listen",
-                config.listen.to_string(),
-                format!("cannot listen: {e}"),
-            )
-            .report()
-        }
-    };
-    let health = match crate::probe_server::bind(config.health_addr) {
-        Ok(l) => l,
-        Err(e) => {
-            return ConfigError::new(
-                "--health-addr",
-                config.health_addr.to_string(),
-                format!("cannot listen: {e}"),
-            )
-            .report()
-        }
-    };
+    let tls =
+        tls::server_config(slot.clone()).map_err(|e| RoleError::start("cannot set up TLS", e))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| RoleError::Listen {
+            flag: "--listen",
+            addr: config.listen,
+            source,
+        })?;
+    let health =
+        crate::probe_server::bind(config.health_addr).map_err(|source| RoleError::Listen {
+            flag: "--health-addr",
+            addr: config.health_addr,
+            source,
+        })?;
     let probe_state = Arc::new(probes::ProbeState {
         slot: slot.clone(),
         cert: cert_state.clone(),
         stopping: Default::default(),
         registry,
     });
-    if let Err(e) = probes::spawn(health, probe_state.clone()) {
-        return fail(format!("cannot start the probe server: {e}"));
-    }
+    probes::spawn(health, probe_state.clone())
+        .map_err(|e| RoleError::start("cannot start the probe server", e))?;
     let app = Arc::new(server::App {
         injector: admit::Injector {
             base: config.inject.clone(),
@@ -461,7 +430,7 @@ pub async fn run(config: WebhookConfig) -> ExitCode {
         rotation::withdraw(keeper, &cert_state).await;
     }
     let _ = server.await;
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn wait_for_signal() {

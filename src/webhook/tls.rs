@@ -29,10 +29,11 @@ impl CertSlot {
         chain: Vec<CertificateDer<'static>>,
         key: &PrivateKeyDer<'static>,
     ) -> Result<(), CertError> {
-        let signing = rustls::crypto::ring::sign::any_supported_type(key).map_err(|e| {
-            CertError::Invalid {
+        let signing = rustls::crypto::ring::sign::any_supported_type(key).map_err(|source| {
+            CertError::Key {
                 what: "serving key".into(),
-                reason: e.to_string(),
+                problem: "the private key is not usable",
+                source,
             }
         })?;
         let not_after = chain

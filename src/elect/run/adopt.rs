@@ -22,10 +22,10 @@ use signal_hook_tokio::Signals;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::lease_api::{LeaseApiError, Watch, WatchItem};
 use crate::election::adoption::{self, Decision};
 use crate::election::candidate::Source;
 use crate::election::identity::HolderIdentity;
-use crate::election::lease_api::{LeaseApiError, Watch, WatchItem};
 use crate::election::record::{self, Observed};
 
 /// How the start-up ended.

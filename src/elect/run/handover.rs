@@ -15,9 +15,9 @@ use signal_hook_tokio::Signals;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::lease_api::LeaseApiError;
 use crate::elect::outputs::AckSource;
 use crate::election::candidate::Source;
-use crate::election::lease_api::LeaseApiError;
 use crate::election::record::{self, Observed};
 use crate::election::timing::MIN_MARGIN;
 use crate::election::StopReason;

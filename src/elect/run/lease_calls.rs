@@ -13,8 +13,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::lease_api::{observe, LeaseApiError};
 use crate::election::candidate::Source;
-use crate::election::lease_api::{observe, LeaseApiError};
 use crate::election::record::{self, Observed};
 use crate::election::{Candidate, Transition};
 

@@ -20,8 +20,8 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::record::Observed;
 use crate::clock::BootInstant;
+use crate::election::record::Observed;
 
 /// `timeoutSeconds` of every watch request: the server ends the stream then (with a bookmark
 /// two seconds before), and the watch resumes from the last version it saw.
@@ -47,8 +47,16 @@ pub enum LeaseApiError {
     Forbidden(String),
     #[error("the API did not answer within {0:?}")]
     Timeout(Duration),
+    /// Any other status the API answered with.
+    #[error("API error: {code} {reason}: {message}")]
+    Status {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// No answer from the API at all (connection, TLS, a body that does not decode, …).
     #[error("API error: {0}")]
-    Other(String),
+    Other(#[source] kube::Error),
 }
 
 impl LeaseApiError {
@@ -59,7 +67,7 @@ impl LeaseApiError {
             LeaseApiError::NotFound => "not_found",
             LeaseApiError::Forbidden(_) => "forbidden",
             LeaseApiError::Timeout(_) => "timeout",
-            LeaseApiError::Other(_) => "other",
+            LeaseApiError::Status { .. } | LeaseApiError::Other(_) => "other",
         }
     }
 
@@ -69,11 +77,13 @@ impl LeaseApiError {
                 409 => LeaseApiError::Conflict,
                 404 => LeaseApiError::NotFound,
                 401 | 403 => LeaseApiError::Forbidden(status.message),
-                code => {
-                    LeaseApiError::Other(format!("{code} {}: {}", status.reason, status.message))
-                }
+                code => LeaseApiError::Status {
+                    code,
+                    reason: status.reason,
+                    message: status.message,
+                },
             },
-            other => LeaseApiError::Other(other.to_string()),
+            other => LeaseApiError::Other(other),
         }
     }
 }
