@@ -1,7 +1,7 @@
 //! Whether the app container's memory limit leaves room for the leader instance: with
 //! `--on-change=leader-instance` the leader pod runs the app twice, and a limit sized for one
-//! instance gets the pod OOM-killed at every takeover. Also the Kubernetes quantity parser the
-//! check reads the limit with.
+//! instance gets the app container OOM-killed when its pod is promoted. Also the Kubernetes
+//! quantity parser the check reads the limit with.
 //!
 //! The rule: warn when `resources.limits.memory` is below 2 × 160Mi = 320Mi. Measured on
 //! Passmower (docs/results/handover.md), the serving instance takes about 180 MiB RSS and the
