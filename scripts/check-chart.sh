@@ -14,6 +14,7 @@ chart=charts/passmower-elector
 image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
 "$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
+"$helm" lint --strict "$chart" "${image[@]}" --set 'imagePullSecrets={regcred,other}'
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -49,6 +50,7 @@ refuse "an idleNamespace a namespace could have, unguarded" "denyIdleNamespace=t
 # kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA
 # in 1.30.
 refuse "Kubernetes 1.29" "kubeVersion" "${image[@]}" --kube-version 1.29.0
+refuse "an imagePullSecrets entry that is no Secret name" "is not a Secret name" "${image[@]}" --set 'imagePullSecrets={Regcred}'
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" --kube-version 1.30.0 >/dev/null
 # NOTES.txt rendered as a normal template in a scratch copy of the chart.
 scratch="$(mktemp -d)"
@@ -67,6 +69,17 @@ webhook_chart=charts/passmower-elector-webhook
 "$helm" lint --strict "$webhook_chart" "${image[@]}"
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set injection.idleNamespace=pm-idle,injection.denyIdleNamespace=true
+# The pod-level settings of the webhook's own pods, and the injected pods' pull secrets.
+"$helm" lint --strict "$webhook_chart" "${image[@]}" \
+  --set 'imagePullSecrets={regcred},injection.imagePullSecrets={regcred}' \
+  --set podAnnotations.team=auth,priorityClassName=high,nodeSelector.zone=a \
+  --set 'tolerations[0].operator=Exists' \
+  --set-json 'affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname"}}]}}'
+if out="$("$helm" template pmw "$webhook_chart" -n passmower-elector-system "${image[@]}" --set 'injection.imagePullSecrets={Regcred}' 2>&1)" \
+  || [[ "$out" != *"injection.imagePullSecrets: \"Regcred\" is not a Secret name"* ]]; then
+  echo "check-chart: the webhook chart took an injection.imagePullSecrets entry that is no Secret name: $out" >&2
+  exit 1
+fi
 if out="$("$helm" template pmw "$webhook_chart" -n passmower-elector-system "${image[@]}" --set injection.idleNamespace=pm-idle 2>&1)" \
   || [[ "$out" != *"injection.denyIdleNamespace=true"* ]]; then
   echo "check-chart: the webhook chart took an unguarded injection.idleNamespace pm-idle: $out" >&2

@@ -110,11 +110,22 @@ fn notes_route(helm: Helm, header: &str) {
     );
 
     // An upgrade of the chart now sees the Deployment: its names match, the NOTES run again.
-    let notes = chart_install(&sandbox, "");
+    // It names a pull secret for the sidecar image (a private registry), which the printed
+    // post-renderer arguments carry to the pods.
+    let notes = chart_install(&sandbox, "--set imagePullSecrets={regcred}");
     assert!(notes.contains("--version 1.3.0"), "{notes}");
-    sandbox
-        .ok(&notes_block(&notes, header)
-            .replace("helm plugin install", "true || helm plugin install"));
+    let upgrade = notes_block(&notes, header);
+    assert!(
+        upgrade.contains("'--post-renderer-args=--image-pull-secret=regcred'"),
+        "{upgrade}"
+    );
+    sandbox.ok(&upgrade.replace("helm plugin install", "true || helm plugin install"));
+    let ran = sandbox.ok("kubectl -n passmower get deployment passmower -o json");
+    let deployment: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "regcred"}])
+    );
 }
 
 #[test]

@@ -619,3 +619,45 @@ fn the_electors_lease_may_be_passmowers_own_name_only_with_its_election_off() {
         );
     }
 }
+
+/// `--image-pull-secret` names a Secret: anything else exits 2 naming the flag and the value,
+/// from the flag and from `ELECTOR_IMAGE_PULL_SECRET` alike; so does the webhook.
+#[test]
+fn an_image_pull_secret_must_be_a_secret_name() {
+    let input = golden("passmower.in.yaml");
+    for bad in ["Regcred", "reg_cred", "regcred."] {
+        let stderr = refused(
+            &[
+                "inject",
+                "--namespace=auth",
+                &format!("--image-pull-secret={bad}"),
+            ],
+            &input,
+            &[],
+        );
+        assert!(
+            stderr.contains(&format!("invalid --image-pull-secret {bad:?}")),
+            "{stderr}"
+        );
+        assert!(stderr.contains("DNS-1123 subdomain"), "{stderr}");
+    }
+    let stderr = refused(
+        &["inject", "--namespace=auth"],
+        &input,
+        &[("ELECTOR_IMAGE_PULL_SECRET", "regcred,Other")],
+    );
+    assert!(
+        stderr.contains("invalid --image-pull-secret \"Other\""),
+        "{stderr}"
+    );
+    let image = format!("--image={IMAGE}");
+    let stderr = check_refused(run(
+        &["webhook", &image, "--image-pull-secret=Regcred"],
+        "",
+        &[],
+    ));
+    assert!(
+        stderr.contains("invalid --image-pull-secret \"Regcred\""),
+        "{stderr}"
+    );
+}

@@ -279,7 +279,7 @@ fn no_target_passes_through_with_allow_none() {
 
 #[test]
 fn injecting_twice_equals_injecting_once() {
-    let cases: [(&str, InjectOptions); 5] = [
+    let cases: [(&str, InjectOptions); 6] = [
         ("list.in.yaml", InjectOptions::new(IMAGE)),
         (
             "passmower.in.yaml",
@@ -305,6 +305,13 @@ fn injecting_twice_equals_injecting_once() {
                 container: "app".into(),
                 app_command: Some(vec!["/usr/bin/idp".into()]),
                 fence: false,
+                ..InjectOptions::new(IMAGE)
+            },
+        ),
+        (
+            "private-registry.in.yaml",
+            InjectOptions {
+                image_pull_secrets: vec!["sidecar-registry".into(), "app-registry".into()],
                 ..InjectOptions::new(IMAGE)
             },
         ),
@@ -529,4 +536,51 @@ fn fence_only_refuses_what_it_cannot_fence() {
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
     }
+}
+
+/// A sidecar image in a private registry: `--image-pull-secret` (repeatable, or
+/// comma-separated in `ELECTOR_IMAGE_PULL_SECRET`) is added to the pod's `imagePullSecrets`
+/// after the app's own, each name once. The app's memory limit, sized for one instance, is
+/// warned about: the leader pod runs a second one (docs/reference/inject.md#memory).
+#[test]
+fn a_private_registry_gets_pull_secrets_and_a_small_limit_a_warning() {
+    let input = golden("private-registry.in.yaml");
+    let args = [
+        "--image-pull-secret=sidecar-registry",
+        "--image-pull-secret=app-registry",
+    ];
+    let out = inject(&args, &input, &[]);
+    assert_eq!(out.status, ExitStatus::Code(0), "stderr: {}", out.stderr);
+    check_golden("private-registry.out.yaml", &out.stdout);
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&out.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the deployment");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "app-registry"}, {"name": "sidecar-registry"}])
+    );
+    let warning = "spec.template.spec.containers[passmower].resources.limits.memory is 256Mi, \
+                   below 320Mi";
+    assert!(out.stderr.contains(warning), "{}", out.stderr);
+    let annotation = deployment["metadata"]["annotations"]["passmower-elector.io/warnings"]
+        .as_str()
+        .expect("the warnings annotation");
+    assert!(annotation.contains(warning), "{annotation}");
+
+    // The same from the environment, comma-separated; the flag wins over it.
+    let env = [("ELECTOR_IMAGE_PULL_SECRET", "sidecar-registry,app-registry")];
+    let from_env = inject(&[], &input, &env);
+    assert_eq!(from_env.status, ExitStatus::Code(0), "{}", from_env.stderr);
+    assert_eq!(from_env.stdout, out.stdout);
+    let flag_wins = inject(&["--image-pull-secret=other"], &input, &env);
+    assert!(
+        flag_wins.stdout.contains("- name: other\n"),
+        "{}",
+        flag_wins.stdout
+    );
+    assert!(!flag_wins.stdout.contains("sidecar-registry"));
 }

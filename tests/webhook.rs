@@ -168,6 +168,71 @@ async fn an_opted_in_pod_is_stored_with_the_elector_and_others_are_untouched() {
     );
 }
 
+/// `--image-pull-secret`: the stored pod pulls the sidecar image with the webhook's Secret,
+/// listed after the pod's own; a memory limit sized for one app instance is warned about in
+/// the pod's annotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_gets_the_sidecars_pull_secret_after_its_own_and_a_memory_warning() {
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let ns = namespace(cluster).await;
+    opt_in(&admin, &ns.name).await;
+    let mut webhook = Webhook::start(
+        "pme-webhook-pull-secrets",
+        &cluster.admin_kubeconfig(),
+        &["--image-pull-secret=sidecar-registry,app-registry"],
+    );
+    create_configuration(
+        &admin,
+        "pme-webhook-pull-secrets",
+        &webhook.url(),
+        &ns.name,
+        "Fail",
+    )
+    .await;
+    webhook.wait_ready(Duration::from_secs(30));
+    wait_effective(&admin, &ns.name, Duration::from_secs(30)).await;
+
+    let mut pod = replicaset_pod(DEPLOYMENT, json!({}));
+    pod["spec"]["imagePullSecrets"] = json!([{"name": "app-registry"}]);
+    pod["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "256Mi"}});
+    let stored = create_pod(&admin, &ns.name, &pod)
+        .await
+        .expect("the opted-in pod is admitted");
+    assert!(is_injected(&stored));
+    let secrets: Vec<String> = stored
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(secrets, ["app-registry", "sidecar-registry"]);
+    let annotations = stored.metadata.annotations.unwrap_or_default();
+    let warnings = annotations
+        .get("passmower-elector.io/warnings")
+        .expect("the warnings annotation");
+    assert!(
+        warnings
+            .contains("spec.containers[passmower].resources.limits.memory is 256Mi, below 320Mi"),
+        "{warnings}"
+    );
+
+    // A pod without a list of its own gets one.
+    let plain = create_pod(&admin, &ns.name, &replicaset_pod(DEPLOYMENT, json!({})))
+        .await
+        .expect("admitted");
+    let secrets: Vec<String> = plain
+        .spec
+        .and_then(|s| s.image_pull_secrets)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(secrets, ["sidecar-registry", "app-registry"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_whose_service_account_may_not_update_its_lease_is_refused_with_the_reason() {
     let cluster = Cluster::shared();

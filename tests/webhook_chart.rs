@@ -49,11 +49,84 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
+/// The pod-level settings of the webhook's own Deployment and the pull secrets of the pods it
+/// injects, as a chart user sets them; `pod_settings_land_where_they_belong` checks where.
+const POD_SETTINGS: &[&str] = &[
+    "imagePullSecrets={regcred}",
+    "injection.imagePullSecrets={sidecar-registry,regcred}",
+    "podAnnotations.example\\.com/team=auth",
+    "priorityClassName=system-cluster-critical",
+    "nodeSelector.kubernetes\\.io/os=linux",
+    "tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=kubernetes.io/arch",
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=In",
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]=amd64",
+];
+
+/// The Deployment rendered with [`POD_SETTINGS`] carries each where Kubernetes reads it; the
+/// injected pods' Secrets go to the webhook as flags, after `--image`, each once.
+fn pod_settings_land_where_they_belong(docs: &[Value]) {
+    let deployment = of_kind(docs, "Deployment")[0];
+    let template = &deployment["spec"]["template"];
+    let pod = &template["spec"];
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(
+        template["metadata"]["annotations"],
+        json!({"example.com/team": "auth"})
+    );
+    assert_eq!(
+        template["metadata"]["labels"][INJECT_LABEL], "disabled",
+        "the opt-out label stays beside the annotations"
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
+    );
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][0],
+        json!({"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]})
+    );
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let secrets: Vec<&str> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--image-pull-secret="))
+        .collect();
+    assert_eq!(secrets, ["sidecar-registry", "regcred"], "{args:?}");
+}
+
+/// With the defaults none of [`POD_SETTINGS`] is rendered at all.
+fn no_pod_settings_by_default(docs: &[Value]) {
+    let template = &of_kind(docs, "Deployment")[0]["spec"]["template"];
+    assert!(
+        template["metadata"].get("annotations").is_none(),
+        "{template}"
+    );
+    for field in [
+        "imagePullSecrets",
+        "priorityClassName",
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+    ] {
+        assert!(template["spec"].get(field).is_none(), "{field}: {template}");
+    }
+    let args = template["spec"]["containers"][0]["args"].to_string();
+    assert!(!args.contains("--image-pull-secret"), "{args}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
     let cluster = Cluster::shared();
     let mut applier = Applier::new(cluster.admin_client().await);
-    let variants: [&[&str]; 5] = [
+    let variants: [&[&str]; 6] = [
         &[],
         &[
             "certificates.mode=secret",
@@ -72,6 +145,7 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             "injection.idleNamespace=pm-idle",
             "injection.denyIdleNamespace=true",
         ],
+        POD_SETTINGS,
     ];
     let mut checked = 0;
     for helm in [tools::helm3(), tools::helm4()] {
@@ -99,6 +173,11 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
                 "the webhook's own pods must opt out"
             );
             assert_eq!(of_kind(&docs, "PodDisruptionBudget").len(), 1);
+            if set == POD_SETTINGS {
+                pod_settings_land_where_they_belong(&docs);
+            } else if set.is_empty() {
+                no_pod_settings_by_default(&docs);
+            }
             // The webhook is told the cluster's version (Helm's, unless the value sets one),
             // which decides whether pods get the preStop sleep drain (1.30 or later).
             let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
@@ -159,6 +238,14 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             (
                 &["injection.idleNamespace=a*"][..],
                 "injection.idleNamespace",
+            ),
+            (
+                &["imagePullSecrets={Regcred}"][..],
+                "imagePullSecrets: \"Regcred\" is not a Secret name",
+            ),
+            (
+                &["injection.imagePullSecrets=regcred"][..],
+                "injection.imagePullSecrets must be a list",
             ),
         ] {
             let err = render(&helm, "dry", "x", set).expect_err("refused");

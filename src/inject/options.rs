@@ -72,6 +72,16 @@ pub struct SidecarArgs {
     /// `scripts/build-sidecar-image.sh` + `skopeo copy`).
     #[arg(long, env = "ELECTOR_IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
+    /// A Secret in the pod's namespace (type kubernetes.io/dockerconfigjson) with which the
+    /// kubelet pulls the sidecar image from a private registry (repeatable or comma-separated).
+    /// Added to the pod's imagePullSecrets after the app's own, each name once.
+    #[arg(
+        long = "image-pull-secret",
+        env = "ELECTOR_IMAGE_PULL_SECRET",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub image_pull_secrets: Vec<String>,
     /// The app's command when the container sets none (what the image's entrypoint runs):
     /// words split on spaces, or a JSON array. Overrides the container's own `command`; its
     /// `args` are appended. Default for container `passmower`: `node --no-warnings src/app.js`.
@@ -224,6 +234,8 @@ pub struct InjectOptions {
     pub container: String,
     /// Sidecar image reference (required: nothing publishes a default).
     pub image: String,
+    /// Secrets the pod pulls the sidecar image with, added after its own `imagePullSecrets`.
+    pub image_pull_secrets: Vec<String>,
     /// The app command when set explicitly (replaces the container's `command`).
     pub app_command: Option<Vec<String>>,
     /// How the app goes between modes; `None`: `LeaderInstance` for Passmower, else `Restart`.
@@ -291,6 +303,7 @@ impl InjectOptions {
         InjectOptions {
             container: DEFAULT_CONTAINER.into(),
             image: image.into(),
+            image_pull_secrets: Vec::new(),
             app_command: None,
             on_change: None,
             classic_sidecar: false,
@@ -330,6 +343,7 @@ impl SidecarArgs {
         Ok(InjectOptions {
             container: self.container.clone(),
             image: self.image.clone().unwrap_or_default(),
+            image_pull_secrets: self.image_pull_secrets.clone(),
             app_command,
             on_change: self.on_change,
             classic_sidecar: self.classic_sidecar,
@@ -572,6 +586,16 @@ impl InjectOptions {
                 image,
                 "must be an image reference without spaces, e.g. registry.example.com/passmower-elector:0.1.0",
             ));
+        }
+        for name in &self.image_pull_secrets {
+            if !is_dns1123_subdomain(name) {
+                return Err(ConfigError::new(
+                    "--image-pull-secret",
+                    name,
+                    "must be the name of a Secret in the pod's namespace (a DNS-1123 \
+                     subdomain: lowercase letters, digits, '-' and '.')",
+                ));
+            }
         }
         check_idle_namespace(&self.idle_namespace, self.deny_idle_namespace)?;
         if let Some(namespace) = &self.namespace {
@@ -904,6 +928,23 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn image_pull_secrets_must_be_secret_names() {
+        let with = |names: &[&str]| InjectOptions {
+            image_pull_secrets: names.iter().map(|n| n.to_string()).collect(),
+            ..opts()
+        };
+        assert!(with(&["regcred", "registry.example.com-pull"])
+            .validate()
+            .is_ok());
+        for bad in ["", "Regcred", "reg_cred", "-regcred", "a..b"] {
+            let err = with(&["regcred", bad]).validate().unwrap_err();
+            assert_eq!(err.flag, "--image-pull-secret", "{bad:?}");
+            assert_eq!(err.value, bad);
+            assert!(err.reason.contains("DNS-1123 subdomain"), "{err}");
+        }
     }
 
     #[test]

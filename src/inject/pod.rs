@@ -194,6 +194,43 @@ spec:
         assert_eq!(enabled(&injected(POD, &ours)), ["false"]);
     }
 
+    /// The webhook's pods get the sidecar image's pull secrets after their own, and the memory
+    /// warning in their annotation, like `inject`'s templates.
+    #[test]
+    fn a_pod_gets_the_pull_secrets_and_the_memory_warning() {
+        let text = POD.replace(
+            "spec:\n  containers:",
+            "spec:\n  imagePullSecrets: [{name: app-registry}]\n  containers:",
+        ) + "    resources: {limits: {memory: 200Mi}}\n";
+        let value = parse_stream(&text).unwrap()[0].value.clone();
+        let opts = InjectOptions {
+            image_pull_secrets: vec!["sidecar-registry".into(), "app-registry".into()],
+            ..opts()
+        };
+        let PodOutcome::Injected { pod, warnings } = inject_pod(&value, "pm", &opts).unwrap()
+        else {
+            panic!("not injected");
+        };
+        let names: Vec<&str> = pod["spec"]["imagePullSecrets"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        assert_eq!(names, ["app-registry", "sidecar-registry"]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "Pod/pm-7d9f-*: spec.containers[passmower].resources.limits.memory is 200Mi"
+            ),
+            "{warnings:?}"
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"][WARNINGS_ANNOTATION].as_str(),
+            Some(warnings[0].as_str())
+        );
+    }
+
     #[test]
     fn injecting_twice_changes_nothing() {
         let PodOutcome::Injected { pod, .. } = inject_pod(&pod(), "pm", &opts()).unwrap() else {

@@ -99,8 +99,10 @@ pub fn rewrite_fence_only(
 }
 
 /// The one pod rewrite both front doors share: wraps the target container with `supervise`,
-/// adds the elector sidecar for `lease`, the `copy-self` initContainer and the shared volumes,
-/// and lengthens the termination grace period by the kill grace and the Lease release.
+/// adds the elector sidecar for `lease`, the `copy-self` initContainer, the shared volumes and
+/// the sidecar image's pull secrets, warns about a memory limit that cannot hold the leader
+/// instance, and lengthens the termination grace period by the kill grace and the Lease
+/// release.
 pub fn rewrite_pod_spec(
     pod: &mut Mapping,
     site: &PodSite,
@@ -178,6 +180,7 @@ pub fn rewrite_pod_spec(
         .map_err(|reason| site.error(reason))?;
     wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
     let drain = add_drain(main, site, opts, warnings);
+    warnings.extend(super::sizing::memory_limit_warning(main, site, opts));
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -196,6 +199,7 @@ pub fn rewrite_pod_spec(
         append(pod, "volumes", to_value(&volume))
             .map_err(|()| site.error(format!("{path}.volumes is not a list")))?;
     }
+    super::pull_secrets::add_image_pull_secrets(pod, site, &opts.image_pull_secrets)?;
 
     // Shutdown must fit the app's own stop, the kill grace and the Lease release.
     let added = drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;

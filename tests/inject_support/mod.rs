@@ -39,7 +39,10 @@ pub fn golden(name: &str) -> String {
 pub fn inject(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     let image = format!("--image={IMAGE}");
     let mut all = vec!["inject"];
-    if !args.iter().any(|a| a.starts_with("--image")) {
+    if !args
+        .iter()
+        .any(|a| *a == "--image" || a.starts_with("--image="))
+    {
         all.push(image.as_str());
     }
     all.extend_from_slice(args);

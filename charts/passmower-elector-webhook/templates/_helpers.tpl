@@ -30,6 +30,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/*
+Secret names from a list of pull secrets, as JSON: names, or {name: NAME} as a pod spec lists
+them. Called with (list VALUE-NAME LIST); anything else fails naming the value.
+*/}}
+{{- define "pmw.secretNames" -}}
+{{- $what := index . 0 -}}
+{{- $list := index . 1 | default list -}}
+{{- if not (kindIs "slice" $list) -}}
+{{- fail (printf "%s must be a list of Secret names, e.g. [regcred], got %s" $what (toJson $list)) -}}
+{{- end -}}
+{{- $names := list -}}
+{{- range $list -}}
+{{- $name := . -}}
+{{- if kindIs "map" . }}{{ $name = .name }}{{ end -}}
+{{- $name = toString $name -}}
+{{- if or (gt (len $name) 253) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $name)) -}}
+{{- fail (printf "%s: %s is not a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')" $what (toJson .)) -}}
+{{- end -}}
+{{- if not (has $name $names) }}{{ $names = append $names $name }}{{ end -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
 {{/* Namespaces never injected: the cluster's own and excludeNamespaces. */}}
 {{- define "pmw.excluded" -}}
 {{- toJson (concat (list "kube-system" "kube-public" "kube-node-lease") .Values.excludeNamespaces) -}}

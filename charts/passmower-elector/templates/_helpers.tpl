@@ -67,6 +67,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/*
+Secret names from a list of pull secrets, as JSON: names, or {name: NAME} as a pod spec lists
+them. Called with (list VALUE-NAME LIST); anything else fails naming the value.
+*/}}
+{{- define "passmower-elector.secretNames" -}}
+{{- $what := index . 0 -}}
+{{- $list := index . 1 | default list -}}
+{{- if not (kindIs "slice" $list) -}}
+{{- fail (printf "%s must be a list of Secret names, e.g. [regcred], got %s" $what (toJson $list)) -}}
+{{- end -}}
+{{- $names := list -}}
+{{- range $list -}}
+{{- $name := . -}}
+{{- if kindIs "map" . }}{{ $name = .name }}{{ end -}}
+{{- $name = toString $name -}}
+{{- if or (gt (len $name) 253) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $name)) -}}
+{{- fail (printf "%s: %s is not a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')" $what (toJson .)) -}}
+{{- end -}}
+{{- if not (has $name $names) }}{{ $names = append $names $name }}{{ end -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
 {{- define "passmower-elector.labels" -}}
 app.kubernetes.io/name: passmower-elector
 app.kubernetes.io/component: leader-election
@@ -87,6 +110,7 @@ the shell: only what differs from inject's own defaults, which match this chart'
 */}}
 {{- define "passmower-elector.injectArgs" -}}
 {{- $args := list "--workload-only" (printf "--image=%s" (include "passmower-elector.image" .)) -}}
+{{- range (include "passmower-elector.secretNames" (list "imagePullSecrets" .Values.imagePullSecrets) | fromJsonArray) }}{{ $args = append $args (printf "--image-pull-secret=%s" .) }}{{ end -}}
 {{- if .Values.lease.name }}{{ $args = append $args (printf "--lease-name=%s" .Values.lease.name) }}{{ end -}}
 {{- if ne .Values.lease.duration "15s" }}{{ $args = append $args (printf "--lease-duration=%s" .Values.lease.duration) }}{{ end -}}
 {{- if ne .Values.lease.renewDeadline "10s" }}{{ $args = append $args (printf "--renew-deadline=%s" .Values.lease.renewDeadline) }}{{ end -}}

@@ -1,0 +1,263 @@
+//! Whether the app container's memory limit leaves room for the leader instance: with
+//! `--on-change=leader-instance` the leader pod runs the app twice, and a limit sized for one
+//! instance gets the app container OOM-killed when its pod is promoted. Also the Kubernetes
+//! quantity parser the check reads the limit with.
+//!
+//! The rule: warn when `resources.limits.memory` is below 2 × 160Mi = 320Mi. Measured on
+//! Passmower (docs/results/handover.md), the serving instance takes about 180 MiB RSS and the
+//! leader instance 126–130 MiB idle, about 310 MiB together; 160Mi is that split evenly and
+//! rounded up. What the app needs beyond idle cannot be known here, so the rule only catches a
+//! limit that cannot hold two idle instances. No limit, no warning: nothing is capped.
+
+use serde_norway::{Mapping, Value};
+
+use super::options::{AppOnChange, InjectOptions};
+use super::target::PodSite;
+use super::value::at;
+
+/// What one instance of Passmower is given in the rule, in MiB.
+pub const INSTANCE_MIB: u64 = 160;
+/// The smallest memory limit that is not warned about, in MiB: two instances.
+pub const LEADER_POD_MIB: u64 = 2 * INSTANCE_MIB;
+
+/// The warning for the app container `main` (of the pod at `site`) when its memory limit
+/// cannot hold two instances, or cannot be read. Only for `--on-change=leader-instance`:
+/// `restart` runs one instance at a time.
+pub fn memory_limit_warning(
+    main: &Mapping,
+    site: &PodSite,
+    opts: &InjectOptions,
+) -> Option<String> {
+    if opts.app_on_change() != AppOnChange::LeaderInstance {
+        return None;
+    }
+    let limit = main
+        .get("resources")
+        .and_then(|r| at(r, &["limits", "memory"]))
+        .filter(|v| !v.is_null())?;
+    let field = format!(
+        "{}: {}.containers[{}].resources.limits.memory",
+        site.workload, site.path, opts.container
+    );
+    let need = format!(
+        "while this pod leads it runs a second instance of the app \
+         (--on-change=leader-instance; measured on Passmower: 126-130 MiB beside the serving \
+         instance's 180 MiB), so the limit must hold both: at least {LEADER_POD_MIB}Mi \
+         (2 x {INSTANCE_MIB}Mi)"
+    );
+    let Some(bytes) = quantity_value(limit) else {
+        return Some(format!(
+            "{field} {} is not a Kubernetes quantity (such as 512Mi, 0.5Gi or 300M), so it \
+             cannot be checked: {need}",
+            shown(limit)
+        ));
+    };
+    (bytes < (LEADER_POD_MIB * MI) as f64).then(|| {
+        format!(
+            "{field} is {}, below {LEADER_POD_MIB}Mi: {need}, or the container is OOM-killed \
+             when its pod becomes leader. Raise it, or pass --on-change=restart (one instance \
+             at a time; HTTP is down on every handover)",
+            shown(limit)
+        )
+    })
+}
+
+const KI: u64 = 1 << 10;
+const MI: u64 = 1 << 20;
+
+/// A quantity as YAML holds it: a string (`512Mi`), or a plain number of bytes.
+fn quantity_value(value: &Value) -> Option<f64> {
+    match value {
+        Value::String(text) => parse_quantity(text),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => serde_norway::to_string(other)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// Parses a Kubernetes quantity (`512Mi`, `0.5Gi`, `300M`, `1e9`, `128974848`) into its value,
+/// in the unit it counts (bytes for memory); `None` when it is not one. The grammar is the
+/// apiserver's: an optional sign, a decimal number (`1`, `1.5`, `.5`, `1.`), then one suffix:
+/// binary (`Ki` … `Ei`), decimal (`n`, `u`, `m`, none, `k`, `M`, `G`, `T`, `P`, `E`), or an
+/// exponent (`e3`, `E-2`). No spaces.
+pub fn parse_quantity(text: &str) -> Option<f64> {
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(end);
+    let digits = number.bytes().filter(u8::is_ascii_digit).count();
+    if digits == 0 || number.matches('.').count() > 1 {
+        return None;
+    }
+    let mantissa: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "Ki" => KI as f64,
+        "Mi" => MI as f64,
+        "Gi" => (MI * KI) as f64,
+        "Ti" => (MI * MI) as f64,
+        "Pi" => (MI * MI * KI) as f64,
+        "Ei" => (MI * MI * MI) as f64,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exponent => {
+            let power = exponent.strip_prefix(['e', 'E'])?;
+            let unsigned = power.strip_prefix(['-', '+']).unwrap_or(power);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            10f64.powi(power.parse().ok()?)
+        }
+    };
+    let value = mantissa * scale;
+    value
+        .is_finite()
+        .then_some(if negative { -value } else { value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::target::tests::opts;
+
+    #[test]
+    fn quantities_parse_as_the_apiserver_reads_them() {
+        let mib = MI as f64;
+        for (text, want) in [
+            ("512Mi", 512.0 * mib),
+            ("0.5Gi", 512.0 * mib),
+            ("300M", 300e6),
+            ("320Mi", 320.0 * mib),
+            ("1Gi", 1024.0 * mib),
+            ("2G", 2e9),
+            ("128974848", 128_974_848.0),
+            ("129e6", 129e6),
+            ("1E3", 1e3),
+            ("1e-3", 1e-3),
+            ("64Ki", 65536.0),
+            ("100k", 1e5),
+            (".5Gi", 512.0 * mib),
+            ("1.", 1.0),
+            ("+1Ki", 1024.0),
+            ("-1Ki", -1024.0),
+            ("1Ti", 1024.0 * 1024.0 * mib),
+            ("1E", 1e18),
+            ("500m", 0.5),
+        ] {
+            let got = parse_quantity(text).unwrap_or_else(|| panic!("{text} refused"));
+            assert!(
+                (got - want).abs() <= want.abs() * 1e-12,
+                "{text}: {got} != {want}"
+            );
+        }
+        for bad in [
+            "", "Mi", "512 Mi", " 512Mi", "512MiB", "512mi", "512KI", "1.2.3", ".", "1e", "1e+",
+            "1ee3", "1e3.5", "lots", "0x100", "--1", "1K", "inf", "NaN",
+        ] {
+            assert_eq!(parse_quantity(bad), None, "{bad:?}");
+        }
+    }
+
+    fn site() -> PodSite {
+        PodSite {
+            document: 1,
+            workload: "Deployment/passmower".into(),
+            path: "spec.template.spec",
+        }
+    }
+
+    fn container(resources: &str) -> Mapping {
+        serde_norway::from_str(&format!("name: passmower\nresources: {resources}\n")).unwrap()
+    }
+
+    fn warning(resources: &str, opts: &InjectOptions) -> Option<String> {
+        memory_limit_warning(&container(resources), &site(), opts)
+    }
+
+    #[test]
+    fn a_limit_below_two_instances_is_warned_about_with_what_to_set() {
+        for limit in ["256Mi", "0.25Gi", "300M", "335544319", "319Mi"] {
+            let text = warning(&format!("{{limits: {{memory: {limit}}}}}"), &opts())
+                .unwrap_or_else(|| panic!("{limit}: no warning"));
+            assert!(
+                text.starts_with(
+                    "Deployment/passmower: spec.template.spec.containers[passmower].resources.limits.memory is "
+                ),
+                "{text}"
+            );
+            assert!(text.contains(limit), "{text}");
+            assert!(text.contains("at least 320Mi"), "{text}");
+            assert!(text.contains("--on-change=restart"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_limit_that_holds_two_instances_or_none_at_all_is_not_warned_about() {
+        for resources in [
+            "{limits: {memory: 320Mi}}",
+            "{limits: {memory: 512Mi}}",
+            "{limits: {memory: 0.5Gi}}",
+            "{limits: {memory: 336M}}",
+            "{limits: {memory: 335544320}}",
+            "{limits: {memory: 1G}}",
+            "{limits: {memory: null}}",
+            "{limits: {cpu: 100m}}",
+            "{requests: {memory: 64Mi}}",
+            "{}",
+            "null",
+        ] {
+            assert_eq!(warning(resources, &opts()), None, "{resources}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_limit_is_warned_about_not_refused() {
+        for limit in ["lots", "512MB", "[1]"] {
+            let text = warning(&format!("{{limits: {{memory: {limit}}}}}"), &opts())
+                .unwrap_or_else(|| panic!("{limit}: no warning"));
+            assert!(text.contains("is not a Kubernetes quantity"), "{text}");
+            assert!(text.contains("at least 320Mi"), "{text}");
+        }
+    }
+
+    #[test]
+    fn restart_mode_runs_one_instance_and_gets_no_warning() {
+        let restart = InjectOptions {
+            on_change: Some(AppOnChange::Restart),
+            ..opts()
+        };
+        assert_eq!(warning("{limits: {memory: 128Mi}}", &restart), None);
+        // Another container defaults to restart; asked for leader-instance it is checked too.
+        let other = InjectOptions {
+            container: "app".into(),
+            ..opts()
+        };
+        assert_eq!(warning("{limits: {memory: 128Mi}}", &other), None);
+        let both = InjectOptions {
+            on_change: Some(AppOnChange::LeaderInstance),
+            ..other
+        };
+        let text = warning("{limits: {memory: 128Mi}}", &both).expect("warned");
+        assert!(text.contains("containers[app]"), "{text}");
+    }
+}
