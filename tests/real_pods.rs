@@ -668,13 +668,14 @@ fn scale(node: &Node, install: &Install, replicas: i32) {
     assert!(out.status.success(), "kubectl scale: {out:?}");
 }
 
-/// The Lease's `leaseTransitions` (0 when unreadable).
+/// `leaseTransitions` of the Lease the install's election keeps (ours, or Passmower's own;
+/// 0 when unreadable).
 async fn lease_transitions(install: &Install, client: &kube::Client) -> i32 {
     kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
         client.clone(),
         &install.namespace,
     )
-    .get_opt(passmower::NAME)
+    .get_opt(install.election.lease_name())
     .await
     .ok()
     .flatten()
