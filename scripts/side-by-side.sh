@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart}"
+faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart,partition,renew-hang}"
 read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream fence-only ours}"
 target="${CARGO_TARGET_DIR:-target}"
 results="${PME_SIDE_BY_SIDE_RESULTS:-docs/results/side-by-side.md}"

@@ -263,10 +263,16 @@ enum Fault {
     /// deletion. A rollout does the same when it deletes the leader's pod while an older one
     /// drains.
     DrainingSuccessor,
+    /// The leader's pod cut off from the apiserver for the lease duration + 10 s, every packet
+    /// it sends there answered with a TCP reset (requests fail at once), then healed.
+    Partition,
+    /// The same cut, but what the pod sends is dropped: every request of the leader hangs (a
+    /// renew that never fails, only times out), and is retransmitted once the cut heals.
+    RenewHang,
 }
 
 impl Fault {
-    const ALL: [Fault; 8] = [
+    const ALL: [Fault; 10] = [
         Fault::RolloutRestart,
         Fault::ScaleDown,
         Fault::DrainingSuccessor,
@@ -275,6 +281,8 @@ impl Fault {
         Fault::AppCrash,
         Fault::PodFreeze,
         Fault::ApiserverRestart,
+        Fault::Partition,
+        Fault::RenewHang,
     ];
 
     fn name(self) -> &'static str {
@@ -287,6 +295,8 @@ impl Fault {
             Fault::ApiserverRestart => "apiserver-restart",
             Fault::ScaleDown => "scale-down",
             Fault::DrainingSuccessor => "draining-successor",
+            Fault::Partition => "partition",
+            Fault::RenewHang => "renew-hang",
         }
     }
 }
@@ -309,7 +319,7 @@ struct Round {
     pod_failures: usize,
     service_failures: usize,
     /// Of `pod_failures`, those to pods that stay up: not being deleted at the time, and not
-    /// the pod the fault itself hit (whose app was killed or frozen).
+    /// the pod the fault itself hit (whose app was killed, frozen, or cut off from the API).
     stay_up_failures: usize,
     /// Pods present before and after the fault (and not hit by it) whose serving Passmower
     /// process was replaced: restarted to switch mode.
@@ -581,6 +591,45 @@ async fn inject(
             pods::signal_all(&pids, Signal::SIGCONT);
             return (t_fault, leader_ip);
         }
+        Fault::Partition | Fault::RenewHang => {
+            let how = if fault == Fault::Partition {
+                pods::Cut::Reset
+            } else {
+                pods::Cut::Drop
+            };
+            t_fault = now_us();
+            let cut_at = Instant::now();
+            // Healed below, or on drop if the test panics before.
+            let cut = node
+                .cut_off_from_apiserver(&leader, how)
+                .unwrap_or_else(|e| panic!("cut {leader_name} off from the apiserver: {e}"));
+            // The test's own client reaches the apiserver from the host, not from the pod.
+            install.create_client(&client, client_name).await;
+            let hold = install.timings.lease_duration + Duration::from_secs(10);
+            tokio::time::sleep(hold.saturating_sub(cut_at.elapsed())).await;
+            let addresses = cut.addresses();
+            let matched = cut
+                .heal()
+                .unwrap_or_else(|e| panic!("heal the cut of {leader_name}: {e}"));
+            report(&format!(
+                "{}: {leader_name} (leader) cut off from the apiserver ({addresses}, packets {}) for {:.1} s; packets matched: {}",
+                fault.name(),
+                how.name(),
+                cut_at.elapsed().as_secs_f64(),
+                matched
+                    .iter()
+                    .map(|(addr, n)| format!("{addr} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            // A cut that matched nothing cut nothing: the pods reach the apiserver elsewhere.
+            assert!(
+                matched.iter().any(|(_, n)| *n > 0),
+                "{}: no packet of {leader_name} matched the cut ({addresses})",
+                fault.name()
+            );
+            return (t_fault, leader_ip);
+        }
         Fault::ApiserverRestart => {
             t_fault = now_us();
             tokio::task::spawn_blocking(move || {
@@ -619,13 +668,14 @@ fn scale(node: &Node, install: &Install, replicas: i32) {
     assert!(out.status.success(), "kubectl scale: {out:?}");
 }
 
-/// The Lease's `leaseTransitions` (0 when unreadable).
+/// `leaseTransitions` of the Lease the install's election keeps (ours, or Passmower's own;
+/// 0 when unreadable).
 async fn lease_transitions(install: &Install, client: &kube::Client) -> i32 {
     kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
         client.clone(),
         &install.namespace,
     )
-    .get_opt(passmower::NAME)
+    .get_opt(install.election.lease_name())
     .await
     .ok()
     .flatten()
@@ -820,8 +870,12 @@ async fn faults_keep_one_writer_and_reconcile() {
             );
             let p = pod_loop.snapshot();
             let s = service_loop.snapshot();
-            // The pod the fault hit directly: its own failures are the fault, not a handover.
-            let hit = matches!(fault, Fault::AppCrash | Fault::PodFreeze);
+            // The pod the fault hit directly: its own failures are the fault, not a handover
+            // (a cut-off leader's app has to demote without the API).
+            let hit = matches!(
+                fault,
+                Fault::AppCrash | Fault::PodFreeze | Fault::Partition | Fault::RenewHang
+            );
             let deleted = deletions.lock().map(|d| d.clone()).unwrap_or_default();
             let stay_up_failures = p
                 .failures
@@ -912,8 +966,15 @@ async fn faults_keep_one_writer_and_reconcile() {
             results.entry(fault).or_default().push(r);
             // Our election's guarantees are asserted; Passmower's own is measured.
             if install.election == ElectionMode::Ours {
-                if fault == Fault::PodFreeze {
-                    frozen_pod_was_fenced(&writes, &install, &old_ip, t_fault, t_steady, &name);
+                // A pod that lost the Lease without seeing it (frozen, or cut off and healed with
+                // its writes still in flight) must not have got an operator write through.
+                let lost = match fault {
+                    Fault::PodFreeze => Some("frozen"),
+                    Fault::Partition | Fault::RenewHang => Some("cut-off"),
+                    _ => None,
+                };
+                if let Some(what) = lost {
+                    lost_pod_was_fenced(&writes, &install, &old_ip, t_fault, t_steady, &name, what);
                 }
                 // Fail early, naming the fault, if two pods ever wrote at once.
                 assert_single_writer(node, &install);
@@ -984,17 +1045,19 @@ async fn faults_keep_one_writer_and_reconcile() {
     }
 }
 
-/// The frozen pod's operator writes after another pod took the Lease: the apiserver must have
+/// The operator writes of the pod that lost the Lease without seeing it (`what`: frozen, or
+/// cut off from the apiserver) after another pod took the Lease: the apiserver must have
 /// admitted none (the write fence `inject` installs refuses them; before the fence, one got
 /// through when the race was lost). The refused ones are reported: they are the writes the
 /// fence stopped.
-fn frozen_pod_was_fenced(
+fn lost_pod_was_fenced(
     writes: &[audit::Write],
     install: &Install,
-    frozen_ip: &str,
+    lost_ip: &str,
     t_fault: i64,
     t_steady: i64,
     name: &str,
+    what: &str,
 ) {
     // The fence comes from inject (on by default): the release must hold it.
     let fence = format!(
@@ -1014,20 +1077,21 @@ fn frozen_pod_was_fenced(
     );
     let Some(takeover) = tenures
         .iter()
-        .find(|t| t.source_ip != frozen_ip && t.start_us > t_fault)
+        .find(|t| t.source_ip != lost_ip && t.start_us > t_fault)
     else {
         report(&format!(
-            "{name}: no other pod took the Lease after the freeze (the frozen pod kept it)"
+            "{name}: no other pod took the Lease after the fault (the {what} pod kept it)"
         ));
         return;
     };
-    let (admitted, refused) = audit::operator_writes_from(
-        writes,
-        &install.user(),
-        frozen_ip,
-        takeover.start_us,
-        t_steady,
-    );
+    // Until the pod leads again, if it does before steady (then its writes are its own).
+    let until = tenures
+        .iter()
+        .filter(|t| t.source_ip == lost_ip && t.start_us > takeover.start_us)
+        .map(|t| t.start_us - 1)
+        .fold(t_steady, i64::min);
+    let (admitted, refused) =
+        audit::operator_writes_from(writes, &install.user(), lost_ip, takeover.start_us, until);
     let describe = |ws: &[&audit::Write]| {
         ws.iter()
             .map(|w| {
@@ -1048,7 +1112,7 @@ fn frozen_pod_was_fenced(
             .join(", ")
     };
     report(&format!(
-        "{name}: the frozen pod's operator writes after the takeover: {} admitted, {} refused by the fence{}",
+        "{name}: the {what} pod's operator writes after the takeover: {} admitted, {} refused by the fence{}",
         admitted.len(),
         refused.len(),
         if refused.is_empty() {
@@ -1059,7 +1123,7 @@ fn frozen_pod_was_fenced(
     ));
     assert!(
         admitted.is_empty(),
-        "{name}: the apiserver admitted operator writes from the frozen pod after another took over: {}",
+        "{name}: the apiserver admitted operator writes from the {what} pod after another took over: {}",
         describe(&admitted)
     );
 }

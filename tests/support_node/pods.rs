@@ -1,15 +1,18 @@
 //! Pods as the kubelet runs them: their containers' processes (found through the node's
-//! cgroup subtree by container ID), signals to them, and the kubelet's own view of pod
-//! status (its `/pods` endpoint), which stays readable while the apiserver is down.
+//! cgroup subtree by container ID), signals to them, a pod cut off from the apiserver (iptables
+//! in its network namespace), and the kubelet's own view of pod status (its `/pods` endpoint),
+//! which stays readable while the apiserver is down.
 
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::config::{KUBELET_PORT, NODE_IP};
+use super::config::{API_PORT, KUBELET_PORT, KUBERNETES_SERVICE_IP, NODE_IP};
 use super::Node;
 
 /// The container ID (without the `containerd://` prefix) of `container` in `pod`, looking at
@@ -71,6 +74,37 @@ impl Node {
         signal_all(&self.container_pids(&id), signal)
     }
 
+    /// Cuts `pod` off from the apiserver until the returned cut is healed (or dropped): rules at
+    /// the top of OUTPUT in the pod's network namespace, entered through one of its processes,
+    /// for every address a pod reaches the apiserver at — the `kubernetes` Service
+    /// (`KUBERNETES_SERVICE_HOST:PORT`, what in-cluster clients use; kube-proxy translates it
+    /// outside the pod, so the pod's OUTPUT still sees the ClusterIP) and the endpoint behind it,
+    /// for a client that goes around the Service. Only what the pod sends is matched: a packet
+    /// the apiserver sends on an open connection still arrives.
+    pub fn cut_off_from_apiserver(&self, pod: &Pod, how: Cut) -> Result<ApiserverCut, String> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        // Any process of the pod: they all share the sandbox's network namespace.
+        let pid = *self
+            .pod_pids(pod)
+            .first()
+            .ok_or_else(|| format!("no processes in pod {name}"))?;
+        let netns = File::open(format!("/proc/{pid}/ns/net"))
+            .map_err(|e| format!("open the network namespace of {name} (PID {pid}): {e}"))?;
+        let mut cut = ApiserverCut {
+            netns,
+            how,
+            rules: Vec::new(),
+            healed: false,
+        };
+        for (ip, port) in [(KUBERNETES_SERVICE_IP, 443), (NODE_IP, API_PORT)] {
+            let rule = ApiserverCut::rule(ip, port, how);
+            // On an error the rules added so far are removed when `cut` drops.
+            cut.iptables("-I", &rule)?;
+            cut.rules.push((format!("{ip}:{port}"), rule));
+        }
+        Ok(cut)
+    }
+
     /// GET `path` from the kubelet's API, over TLS with the apiserver's kubelet client
     /// certificate, from inside the node's network namespace. Works while the apiserver is
     /// down (x509 authentication, no webhook authorization).
@@ -116,6 +150,144 @@ impl Node {
             .connect(addr, timeout)
             .map_err(|e| format!("connect {addr}: {e}"))?;
         http_status(&mut stream, path, timeout)
+    }
+}
+
+/// How a pod cut off from the apiserver loses what it sends there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// Refused: each packet answered with a TCP reset (`REJECT --reject-with tcp-reset`), so a
+    /// connection attempt is refused and an open connection is reset: requests fail at once.
+    Reset,
+    /// Dropped (`DROP`): nothing arrives and nothing answers, so every request hangs until its
+    /// client gives up; what was sent is retransmitted once the cut heals.
+    Drop,
+}
+
+impl Cut {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cut::Reset => "reset",
+            Cut::Drop => "dropped",
+        }
+    }
+}
+
+/// The iptables rules that keep one pod from the apiserver (see
+/// [`Node::cut_off_from_apiserver`]). [`ApiserverCut::heal`] removes them by their exact
+/// inverse (`-D` with the same rule); a cut dropped unhealed (a test that panicked) removes
+/// them too, so no rule outlives the test.
+#[must_use = "dropping the cut heals it at once"]
+pub struct ApiserverCut {
+    /// The pod's network namespace, held open and entered through this process's descriptor:
+    /// the process it was found through may be gone by the heal (an app restarted to demote).
+    netns: File,
+    pub how: Cut,
+    /// (address, rule after the chain name), in the order added.
+    rules: Vec<(String, Vec<String>)>,
+    healed: bool,
+}
+
+impl ApiserverCut {
+    fn rule(ip: &str, port: u16, how: Cut) -> Vec<String> {
+        let mut rule: Vec<String> = ["-d", &format!("{ip}/32"), "-p", "tcp"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        rule.extend(["--dport".into(), port.to_string(), "-j".into()]);
+        match how {
+            Cut::Reset => rule.extend(["REJECT", "--reject-with", "tcp-reset"].map(String::from)),
+            Cut::Drop => rule.push("DROP".into()),
+        }
+        rule
+    }
+
+    /// The addresses cut off, for reports: `10.96.0.1:443, 10.88.0.1:6443`.
+    pub fn addresses(&self) -> String {
+        self.rules
+            .iter()
+            .map(|(addr, _)| addr.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `iptables -w <op> OUTPUT <rule>` inside the pod's network namespace.
+    fn iptables(&self, op: &str, rule: &[String]) -> Result<String, String> {
+        let ns = format!("/proc/{}/fd/{}", std::process::id(), self.netns.as_raw_fd());
+        let out = std::process::Command::new("nsenter")
+            .arg(format!("--net={ns}"))
+            .args(["iptables", "-w", op, "OUTPUT"])
+            .args(rule)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("run nsenter iptables: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "iptables {op} OUTPUT {} in the pod's network namespace: {}: {}",
+                rule.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Packets each rule matched so far, by address (`iptables -L OUTPUT -n -v -x`: the rows
+    /// whose target and destination are a rule's).
+    pub fn matched(&self) -> Result<Vec<(String, u64)>, String> {
+        let listing = self.iptables("-L", &["-n".into(), "-v".into(), "-x".into()])?;
+        let target = match self.how {
+            Cut::Reset => "REJECT",
+            Cut::Drop => "DROP",
+        };
+        Ok(self
+            .rules
+            .iter()
+            .map(|(addr, _)| {
+                let (ip, port) = addr.rsplit_once(':').unwrap_or((addr, ""));
+                let dpt = format!("dpt:{port}");
+                let packets = listing
+                    .lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                    .filter(|cols| cols.len() > 9 && cols[2] == target && cols[8] == ip)
+                    .filter(|cols| cols[9..].contains(&dpt.as_str()))
+                    .filter_map(|cols| cols[0].parse::<u64>().ok())
+                    .sum();
+                (addr.clone(), packets)
+            })
+            .collect())
+    }
+
+    /// Removes the rules (newest first); returns the packets each had matched.
+    pub fn heal(mut self) -> Result<Vec<(String, u64)>, String> {
+        let matched = self.matched();
+        self.healed = true;
+        self.remove()?;
+        matched
+    }
+
+    fn remove(&mut self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        while let Some((_, rule)) = self.rules.pop() {
+            if let Err(e) = self.iptables("-D", &rule) {
+                problems.push(e);
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+impl Drop for ApiserverCut {
+    fn drop(&mut self) {
+        if !self.healed {
+            if let Err(e) = self.remove() {
+                eprintln!("could not heal the cut from the apiserver: {e}");
+            }
+        }
     }
 }
 
