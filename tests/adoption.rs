@@ -1,4 +1,4 @@
-//! Issue 12 against the real kube-apiserver: an elector restarted in its own pod (same pod UID,
+//! Adoption against the real kube-apiserver: an elector restarted in its own pod (same pod UID,
 //! same volume) adopts the Lease, so the app keeps running in leader mode — and adoption never
 //! makes a second pod leader: not for a pod with the same name and another UID, not with two
 //! elector processes in one pod, not when another pod's takeover lands between the restarted
@@ -114,7 +114,7 @@ fn boot_secs() -> f64 {
     BootInstant::now().as_nanos() as f64 / 1e9
 }
 
-/// Before issue 12 the restarted elector published `follower` first: its app was restarted, the
+/// Without adoption the restarted elector published `follower` first: its app was restarted, the
 /// Lease went to whoever took it after the lease duration, and no app ran operators meanwhile.
 /// Waits until `pod`'s restarted elector declines the adoption, for `reason` (a phrase of its
 /// log), and checks it adopted nothing.
@@ -189,8 +189,8 @@ async fn a_restarted_elector_adopts_the_lease_and_its_app_keeps_running() {
 }
 
 /// The same restart without a pod UID (an elector without `--pod-uid`/`POD_UID`, like every
-/// elector before issue 12): it cannot prove it is the same pod, so it starts as a follower
-/// and the Lease moves after the lease duration. The figures are the "before" of issue 12.
+/// elector without adoption): it cannot prove it is the same pod, so it starts as a follower
+/// and the Lease moves after the lease duration. Its figures are those of an elector that cannot adopt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_pod_uid_a_restarted_elector_waits_like_everyone_else() {
     let ns = Cluster::shared().new_namespace().await;
@@ -212,7 +212,7 @@ async fn without_a_pod_uid_a_restarted_elector_waits_like_everyone_else() {
     let (gap, starts) = leaderless(&pods, t_kill, boot_secs());
     assert!(gap > 0.0 && starts >= 1, "gap {gap}, starts {starts}");
     eprintln!(
-        "without a pod UID (before issue 12): leaderless gap {gap:.2}s, leader app starts since \
+        "without a pod UID (no adoption): leaderless gap {gap:.2}s, leader app starts since \
          the kill {starts}"
     );
 }

@@ -943,7 +943,7 @@ fn without_dac_override(cmd: &mut std::process::Command) {
     }
 }
 
-/// Issue 9, item 4b. The elector's own writes fail (its volume turned read-only) while the
+/// The elector's own writes fail (its volume turned read-only) while the
 /// supervisor still reads the flag file and acks pushes: the leader fails closed, pushes the
 /// demotion, and the supervisor acks it at once — but the file still holds the last leader
 /// grant, which a supervisor restarted before its expiry would obey. So the release must wait
@@ -1028,7 +1028,7 @@ async fn handover_waits_out_a_leader_grant_stuck_on_a_broken_volume() {
     );
 }
 
-/// Issue 9, item 6. The follower's watch goes silent without closing (a middlebox forgot the
+/// The follower's watch goes silent without closing (a middlebox forgot the
 /// flow: no byte moves, nothing is reset) while the leader keeps renewing. The follower must
 /// notice — it hears no renewal for two retry periods, re-reads, sees a change its watch never
 /// delivered and restarts the watch — and take the Lease at once when the leader hands it
@@ -1086,7 +1086,7 @@ async fn a_silently_dead_watch_is_noticed_and_a_release_still_taken_at_once() {
     pods.finish();
 }
 
-/// Issue 9, item 10. A GitOps tool annotates the Lease every half second while its holder is
+/// A GitOps tool annotates the Lease every half second while its holder is
 /// dead. Metadata edits are no renewal: the takeover comes one lease duration after the last
 /// real write, not never (each edit used to restart the wait), and not sooner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

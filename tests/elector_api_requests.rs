@@ -1,6 +1,5 @@
 //! What the elector sends to the API, counted from a real kube-apiserver's audit log: it
-//! identifies itself (issue 10, item 10) and a failing create cannot turn into a tight loop
-//! (issue 9, item 9).
+//! identifies itself, and a failing create cannot turn into a tight loop.
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! The elector's probe port against a real kube-apiserver: it must survive whatever reaches it
-//! (issue 9, item 8) without taking the election down, and the injected sidecar must not gate
-//! the pod's readiness on the API (issue 9, item 7).
+//! without taking the election down, and the injected sidecar must not gate
+//! the pod's readiness on the API.
 
 mod support;
 

@@ -238,7 +238,7 @@ async fn one_replica_reconciles_with_the_real_selector() {
     assert_one_operator(node, &install, "first").await;
 }
 
-/// The faults of issue 8, each injected into the pod that leads at the time.
+/// The faults, each injected into the pod that leads at the time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     /// `kubectl rollout restart`: every pod replaced, one at a time (the gap counts from the
@@ -1178,7 +1178,7 @@ impl ReadinessTracker {
 /// An apiserver outage must not take every replica out of its Service: Passmower serves
 /// HTTP without the API, so at least one pod must stay Ready in the kubelet's eyes. (It
 /// failed while `inject` gave the native sidecar, whose readiness counts toward the pod's, the
-/// elector's `/readyz` as readiness probe, which fails on API errors; issue 9 removed it.)
+/// elector's `/readyz` as readiness probe, which fails on API errors: it is gone.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_outage_keeps_a_replica_in_service() {
     use nix::sys::signal::Signal;

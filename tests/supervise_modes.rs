@@ -691,7 +691,7 @@ fn a_restarted_elector_is_followed_through_its_new_token() {
     assert_eq!(status, 403);
 }
 
-/// Issue 12: an elector restarted in its own pod adopts the Lease and grants under its new
+/// An elector restarted in its own pod adopts the Lease and grants under its new
 /// incarnation and token. Same mode, so the app keeps running — through either channel — while
 /// forged and stale objects are still refused.
 #[test]

@@ -537,7 +537,7 @@ fn elector_container(
         // Liveness only: a wedged loop is restarted, but the pod's readiness is the app's
         // business. `/readyz` follows the API, and a native sidecar's readiness counts toward
         // the pod's, so wiring it here would take every replica out of its Service at once
-        // when the API server is unreachable (issue 9, item 7).
+        // when the API server is unreachable.
         liveness_probe: Some(probe("/healthz", 10)),
         resources: Some(
             opts.sidecar_resources

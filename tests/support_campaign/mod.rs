@@ -74,7 +74,7 @@ pub struct Config {
     /// The kinds of fault to draw from.
     pub kinds: Vec<FaultKind>,
     /// Whether the electors know their pod's UID (`POD_UID`), as inject sets it. Without it
-    /// (`PME_CAMPAIGN_NO_POD_UID=1`) no elector can adopt: the behaviour before issue 12, for
+    /// (`PME_CAMPAIGN_NO_POD_UID=1`) no elector can adopt: the behaviour without adoption, for
     /// before/after figures of the same seed.
     pub pod_uid: bool,
 }

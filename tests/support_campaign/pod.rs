@@ -62,7 +62,7 @@ struct Life {
 pub struct Pod {
     pub name: String,
     /// The pod's UID, as the downward API gives it to every elector of the pod (`POD_UID`): an
-    /// elector restarted in place adopts the Lease from its predecessor (issue 12). `None`:
+    /// elector restarted in place adopts the Lease from its predecessor. `None`:
     /// electors without it, which never adopt.
     pub uid: Option<String>,
     dir: PathBuf,

@@ -70,7 +70,7 @@ pub enum FaultKind {
     ElectorKill,
     /// SIGKILL of an elector, started again at once with the same pod UID and volume (the
     /// kubelet's first restart of a crashed container): it adopts the Lease when the rules of
-    /// `election::adoption` allow (issue 12). The report records its gaps and the leader app
+    /// `election::adoption` allow. The report records its gaps and the leader app
     /// restarts that followed it.
     ElectorRestart,
     ElectorTerm,

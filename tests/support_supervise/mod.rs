@@ -191,7 +191,7 @@ pub fn follower(incarnation: u64, seq: u64) -> Grant {
     Grant::follower("pod-b", 8, Order { incarnation, seq }, "ns/passmower")
 }
 
-/// The forgery of issue 9: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
+/// The forgery a MAC-less protocol allowed: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
 /// it made the pod leader for ever and every real object after it looked stale.
 pub fn forgeries() -> Vec<(&'static str, passmower_elector::grant::Grant)> {
     use passmower_elector::clock::BootInstant;

@@ -221,7 +221,7 @@ fn a_deleted_lease_does_not_demote_the_leader_by_itself() {
     assert!(c.is_leader());
 }
 
-// --- Fresh answers against watch events (issue 9, item 1) ---
+// --- Fresh answers against watch events ---
 
 #[test]
 fn a_fresh_read_replaces_the_view_whatever_its_resource_version() {
@@ -339,7 +339,7 @@ fn after_a_history_break_a_released_or_own_record_waits_a_lease_duration() {
     }
 }
 
-// --- What counts as a renewal (issue 9, item 10) ---
+// --- What counts as a renewal ---
 
 #[test]
 fn metadata_edits_do_not_restart_the_wait() {
