@@ -19,8 +19,9 @@ export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(last scripts/build-test-cluster
 export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
 export PME_HELM3="${PME_HELM3:-$(last scripts/build-helm.sh)}"
 target="${CARGO_TARGET_DIR:-target}"
-runs="$target/write-inventory"
-mkdir -p "$runs" docs/results
+mkdir -p "$target/write-inventory" docs/results
+# Absolute: the tests run with another working directory, and CARGO_TARGET_DIR may be either.
+runs="$(cd "$target/write-inventory" && pwd)"
 export PME_REAL_PODS_REPORT="$runs/report.txt"
 
 read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
@@ -40,7 +41,7 @@ for gen in "${generations[@]}"; do
     continue
   fi
   export PME_NODE_IMAGES
-  if ! PME_INVENTORY_OUT="$PWD/$runs/inventory-$gen.json" \
+  if ! PME_INVENTORY_OUT="$runs/inventory-$gen.json" \
     cargo test --locked --features real-pods --test write_inventory -- --ignored --nocapture \
     >"$runs/test-$gen.log" 2>&1; then
     { echo "tests/write_inventory.rs failed:"; grep -E "panicked|assert|Error|error" "$runs/test-$gen.log" | tail -n 15; } >"$runs/failed-$gen.txt"
