@@ -38,7 +38,8 @@ use cgroups::CgroupTree;
 use config::{Component, Layout, ADMIN_TOKEN, API_PORT, NODE_IP, NODE_NAME};
 use netns::Namespaces;
 
-const PREFIX: &str = "pme-node-";
+/// Every node's name: `pme-node-<test pid>` (its netns, cgroup and mount folder).
+pub const PREFIX: &str = "pme-node-";
 const API_START_TIMEOUT: Duration = Duration::from_secs(120);
 const NODE_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
