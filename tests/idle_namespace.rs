@@ -18,9 +18,9 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use passmower_elector::inject::{is_dns1123_label, DEFAULT_IDLE_NAMESPACE};
 use serde_json::{json, Value};
+use support::fence::{install_crds_of, oidc_clients, upstream_dir};
 use support::passmower::{free_port, passmower_app, redis_keys, start_passmower, start_redis};
 use support::Cluster;
 
@@ -30,12 +30,6 @@ const WATCH_SECONDS: u64 = 4;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn upstream_dir() -> PathBuf {
-    std::env::var_os("PME_UPSTREAM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../shared/upstream/passmower"))
 }
 
 /// Names no namespace can have, one of each form: the default ('_'), a '.', upper case, and
@@ -75,13 +69,6 @@ fn near_misses(name: &str) -> Vec<String> {
     out.into_iter().collect()
 }
 
-fn oidc_clients() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("codemowers.cloud", "v1beta1", "OIDCClient"),
-        "oidcclients",
-    )
-}
-
 /// The collections Passmower's operators list and watch, under `namespace`, as paths.
 fn collections(namespace: &str) -> [String; 3] {
     [
@@ -89,40 +76,6 @@ fn collections(namespace: &str) -> [String; 3] {
         format!("/api/v1/namespaces/{namespace}/secrets"),
         format!("/api/v1/namespaces/{namespace}/pods"),
     ]
-}
-
-/// Creates Passmower's CRDs from the upstream chart and waits until OIDCClients are served.
-async fn install_crds(client: &kube::Client) {
-    let path = upstream_dir().join("charts/passmower/templates/crds.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (set PME_UPSTREAM to the upstream Passmower checkout)",
-            path.display()
-        )
-    });
-    let mut applier = support::manifests::Applier::new(client.clone());
-    for doc in support::manifests::parse_stream(&text) {
-        match applier
-            .send(&doc, "default", support::manifests::Mode::Create)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.contains("AlreadyExists") || e.contains("already exists") => {}
-            Err(e) => panic!("create {}: {e}", support::manifests::describe(&doc)),
-        }
-    }
-    let served = support::wait_until_async(
-        Duration::from_secs(30),
-        Duration::from_millis(200),
-        || async {
-            Api::<DynamicObject>::all_with(client.clone(), &oidc_clients())
-                .list(&Default::default())
-                .await
-                .is_ok()
-        },
-    )
-    .await;
-    assert!(served, "the OIDCClient CRD was not served within 30s");
 }
 
 /// A namespace `name` holding an OIDCClient, a Secret and a Pod (which never runs: no kubelet)
@@ -288,7 +241,7 @@ async fn a_namespace_no_namespace_can_have_cannot_be_created() {
 async fn lists_and_watches_under_the_idle_namespace_are_empty_and_quiet_beside_near_misses() {
     let cluster = Cluster::shared();
     let client = cluster.admin_client().await;
-    install_crds(&client).await;
+    install_crds_of(&client, &upstream_dir()).await;
     let names = uncreatable_names();
     let mut misses = BTreeSet::new();
     for name in &names {
@@ -418,7 +371,7 @@ async fn real_passmower_with_the_idle_selector_writes_nothing_beside_near_misses
         .create(&PostParams::default(), &binding)
         .await
         .expect("bind cluster-admin: any write Passmower tries would succeed");
-    install_crds(&admin).await;
+    install_crds_of(&admin, &upstream_dir()).await;
     let misses = near_misses(DEFAULT_IDLE_NAMESPACE);
     for ns in misses.iter().map(String::as_str).chain(["auth"]) {
         populate(&admin, ns).await;

@@ -378,7 +378,7 @@ async fn setup() -> Option<Bed> {
     let app = app()?;
     let cluster = Cluster::shared();
     let admin = cluster.admin_client().await;
-    install_crds_of(cluster, &tree()).await;
+    install_crds_of(&cluster.admin_client().await, &tree()).await;
     // The elector's Lease as inject names it (after the workload), not the test bed's default,
     // which is upstream's passmower-operators.
     let ns = cluster

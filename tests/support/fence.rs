@@ -34,11 +34,12 @@ pub fn upstream_dir() -> PathBuf {
 /// Creates Passmower's CRDs from the upstream chart (a no-op when they exist) and waits until
 /// the OIDCClient kind is served.
 pub async fn install_crds(cluster: &Cluster) {
-    install_crds_of(cluster, &upstream_dir()).await;
+    install_crds_of(&cluster.admin_client().await, &upstream_dir()).await;
 }
 
-/// [`install_crds`] from the chart of the upstream tree `tree` (another generation).
-pub async fn install_crds_of(cluster: &Cluster, tree: &std::path::Path) {
+/// [`install_crds`] through `client` (an administrator of any cluster), from the chart of the
+/// upstream tree `tree` (another generation, or [`upstream_dir`]).
+pub async fn install_crds_of(client: &kube::Client, tree: &std::path::Path) {
     let path = tree.join("charts/passmower/templates/crds.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
@@ -46,7 +47,6 @@ pub async fn install_crds_of(cluster: &Cluster, tree: &std::path::Path) {
             path.display()
         )
     });
-    let client = cluster.admin_client().await;
     let mut applier = super::manifests::Applier::new(client.clone());
     for doc in super::manifests::parse_stream(&text) {
         match applier
