@@ -176,10 +176,10 @@ fn mismatches_fail_and_cluster_wide_names_are_per_install() {
     assert!(notes.contains("runs 1 replica"), "{notes}");
 
     // A second install elsewhere with the idle-namespace policy, and inject's own policies:
-    // four cluster-wide names (each chart install has a write fence, the second also the
-    // idle-namespace policy; inject its idle-namespace policy and a fence that is the first
-    // install's: the fence is named by the ServiceAccount it guards, so the same pods can never
-    // get two).
+    // six cluster-wide names (each chart install has a write fence and a replica guard, the
+    // second also the idle-namespace policy; inject its idle-namespace policy, and a fence and
+    // a guard that are the first install's: the fence is named by the ServiceAccount it
+    // guards and the guard by its Deployment, so the same pods can never get two).
     sandbox.ok(&format!(
         "helm upgrade --install passmower-elector charts/passmower-elector -n other \
          --create-namespace --set image.repository={IMAGE_REPOSITORY} \
@@ -202,6 +202,8 @@ EOF\n\
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-chart.other.passmower-elector",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-fence.other.passmower",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-fence.passmower.passmower",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-guard.other.passmower",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-guard.passmower.passmower",
             "validatingadmissionpolicy.admissionregistration.k8s.io/passmower-elector-inject.passmower.passmower",
         ]
     );

@@ -339,11 +339,20 @@ fn two_workloads_sharing_a_service_account_on_different_leases_are_refused() {
         &[],
     );
     assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    // One fence binding, and one replica guard per workload.
+    let bindings: Vec<&str> = out
+        .stdout
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: ValidatingAdmissionPolicyBinding"))
+        .filter_map(|d| d.lines().find_map(|l| l.strip_prefix("  name: ")))
+        .collect();
     assert_eq!(
-        out.stdout
-            .matches("kind: ValidatingAdmissionPolicyBinding")
-            .count(),
-        1,
+        bindings,
+        [
+            "passmower-elector-fence.auth.passmower",
+            "passmower-elector-guard.auth.passmower",
+            "passmower-elector-guard.auth.passmower-two"
+        ],
         "{}",
         out.stdout
     );

@@ -197,6 +197,9 @@ fn a_kubectl_list_is_injected_in_place() {
             "Role",
             "RoleBinding",
             "PodDisruptionBudget",
+            // The write fence, then the replica guard.
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding"
         ]

@@ -1,5 +1,6 @@
 //! Which companion objects a target gets, and whether the stream lets them be added: the Role,
-//! RoleBinding and PodDisruptionBudget, the write fence, the deny policy of the idle namespace.
+//! RoleBinding and PodDisruptionBudget, the write fence, the replica guard, the deny policy of
+//! the idle namespace.
 //! An object the stream already has is kept when `inject` generated it and refused otherwise;
 //! one ServiceAccount has one write fence, for one Lease.
 
@@ -9,6 +10,7 @@ use serde_norway::Value;
 
 use super::error::InjectError;
 use super::fence;
+use super::guard;
 use super::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
 use super::native_election::PassmowerElection;
 use super::options::InjectOptions;
@@ -148,7 +150,28 @@ impl<'a> Companions<'a> {
                 });
             }
         }
-        // With --workload-only the chart installs the guard (its denyIdleNamespace).
+        // The replica guard, where it is served and its namespace known (else the rewrite
+        // carries a warning, `guard::left_out`); the chart's with --workload-only. Not for
+        // fence-only: Passmower's own election keeps its replicas to one writer there.
+        let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+        let guarded = opts.guard && !opts.workload_only && !fence_only;
+        if let Some(namespace) = namespace.filter(|_| guarded) {
+            if guard::left_out(opts, &workload, Some(namespace)).is_none() {
+                let target = guard::GuardTarget {
+                    namespace,
+                    kind: info.kind,
+                    name: &info.name,
+                    webhook: None,
+                };
+                for object in guard::replica_guard(&target, &info.describe()) {
+                    generated.push(rbac::Generated {
+                        value: object,
+                        notes: Vec::new(),
+                    });
+                }
+            }
+        }
+        // With --workload-only the chart installs the idle-namespace guard (its denyIdleNamespace).
         if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
             let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
             for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {

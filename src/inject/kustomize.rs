@@ -246,15 +246,27 @@ fn patch_entries(rewrite: &Rewrite) -> Option<Vec<Value>> {
     if let Some(ns) = metadata.get("namespace") {
         target.insert("namespace".into(), ns.clone());
     }
-    let entry = |patch: Value| {
+    let entry = |patch: Value, target: Option<&Mapping>| {
         let mut entry = Mapping::new();
-        entry.insert("target".into(), Value::Mapping(target.clone()));
+        if let Some(target) = target {
+            entry.insert("target".into(), Value::Mapping(target.clone()));
+        }
         entry.insert("patch".into(), yaml::to_yaml(&patch).into());
         Value::Mapping(entry)
     };
-    let mut entries = vec![entry(Value::Mapping(patch))];
+    // A strategic-merge patch without a target names its object by its own apiVersion, kind,
+    // name and namespace, and kustomize (and Flux's post-renderer, which runs kustomize) fails
+    // when no object has them ("no resource matches strategic merge patch"): a Component made
+    // for another release name stops the build instead of adding nothing. A patch with a
+    // target that selects nothing does nothing, silently, so only the JSON patches (which need
+    // one) and the JSON merge patches of custom resources keep it, and they come after the
+    // strategic patch of the same object, which fails first.
+    let mut entries = vec![entry(
+        Value::Mapping(patch),
+        (!strategic).then_some(&target),
+    )];
     if !ordered.is_empty() {
-        entries.push(entry(Value::Sequence(ordered)));
+        entries.push(entry(Value::Sequence(ordered), Some(&target)));
     }
     Some(entries)
 }
@@ -330,7 +342,9 @@ impl Component {
             "# Written by `passmower-elector inject --kustomize` {VERSION} for {targets}.\n\
              # A kustomize Component: list this directory under `components:` of the\n\
              # kustomization that holds (or renders, with helmCharts) Passmower's manifests.\n\
-             # Regenerate it whenever the chart's version or values change.\n"
+             # Regenerate it whenever the chart's version or values change. The patches\n\
+             # name {targets}: a build over manifests without it fails (helm template\n\
+             # with another release name names it otherwise).\n"
         );
         let mut flux_entry = Mapping::new();
         let mut kustomize = Mapping::new();
@@ -351,7 +365,10 @@ impl Component {
                 "# Flux: put `postRenderers` under the HelmRelease's `spec` (written by\n\
                  # `passmower-elector inject --kustomize` {VERSION} for {targets}). Post-renderers\n\
                  # can only patch, so apply {RESOURCES_FILE} beside the HelmRelease, e.g. from\n\
-                 # the same Flux Kustomization.\n{notes}{}",
+                 # the same Flux Kustomization. The patches name {targets}: set the\n\
+                 # HelmRelease's spec.releaseName to the release name the manifests were\n\
+                 # rendered with (Flux's default is <targetNamespace>-<name>), or the\n\
+                 # post-renderer fails with \"no resource matches strategic merge patch\".\n{notes}{}",
                 yaml::to_yaml(&Value::Mapping(flux))
             ),
         })

@@ -10,6 +10,7 @@ mod companions;
 mod error;
 mod failure;
 pub mod fence;
+pub mod guard;
 mod identity;
 mod kustomize;
 mod monitor;

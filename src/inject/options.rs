@@ -44,8 +44,10 @@ pub const LONG_ABOUT: &str =
     "Reads Kubernetes manifests (multi-document YAML, a `kind: List` as `kubectl get -o \
     yaml` prints, or `helm template` output) and writes them to stdout with the elector sidecar, \
     the supervisor entrypoint, shared volumes, a Role + RoleBinding for the Lease, a \
-    PodDisruptionBudget and the write fence (a ValidatingAdmissionPolicy admitting Passmower's \
-    operator writes only from the Lease holder's pod) added to each targeted workload. Other \
+    PodDisruptionBudget, the write fence (a ValidatingAdmissionPolicy admitting Passmower's \
+    operator writes only from the Lease holder's pod) and the replica guard (one refusing the \
+    workload with more than one replica and no elector, as a `helm upgrade` without the \
+    post-renderer would write it) added to each targeted workload. Other \
     documents pass through unchanged; running it twice equals running it once.\n\n\
     The sidecar image is required (--image): nothing publishes it, build and push it first \
     (docs/install/sidecar-image.md).\n\n\
@@ -204,8 +206,8 @@ pub struct InjectArgs {
     /// Succeed (passing the stream through) when no workload is a target.
     #[arg(long, env = "ELECTOR_ALLOW_NONE")]
     pub allow_none: bool,
-    /// Rewrite workloads only: add no Role, RoleBinding, PodDisruptionBudget or write fence,
-    /// because they come from elsewhere (the passmower-elector Helm chart, installed as its own
+    /// Rewrite workloads only: add no Role, RoleBinding, PodDisruptionBudget, write fence or
+    /// replica guard, because they come from elsewhere (the passmower-elector Helm chart, installed as its own
     /// release).
     #[arg(long, env = "ELECTOR_WORKLOAD_ONLY")]
     pub workload_only: bool,
@@ -215,6 +217,13 @@ pub struct InjectArgs {
     /// cluster-scoped objects; a pod frozen past the lease duration can then write once more.
     #[arg(long, env = "ELECTOR_NO_FENCE")]
     pub no_fence: bool,
+    /// Leave out the replica guard: the ValidatingAdmissionPolicy (Kubernetes >= 1.30, cluster
+    /// scoped) that refuses to create or update the workload with more than one replica
+    /// unless its pods have the elector, so a `helm upgrade` or `helm rollback` without the
+    /// post-renderer cannot run several replicas' operators at once. Before 1.30
+    /// (--kube-version) it is left out with a warning.
+    #[arg(long, env = "ELECTOR_NO_GUARD")]
+    pub no_guard: bool,
     /// Instead of the rewritten stream, write a kustomize Component to DIR: kustomization.yaml
     /// with the workload patches (the form Flux's HelmRelease postRenderers take) and
     /// resources.yaml with the objects to add. Nothing goes to stdout.
@@ -277,6 +286,9 @@ pub struct InjectOptions {
     pub workload_only: bool,
     /// Emit the write fence (admission policy + binding) with the RBAC.
     pub fence: bool,
+    /// Emit the replica guard (admission policy + binding) with the RBAC, on clusters that
+    /// serve it (see `guard::left_out`).
+    pub guard: bool,
     /// Elector container resources; `None` for the built-in requests and limits.
     pub sidecar_resources: Option<ResourceRequirements>,
     /// Sidecar securityContext; `None` for the restricted profile (as the app's UID).
@@ -324,6 +336,7 @@ impl InjectOptions {
             allow_none: false,
             workload_only: false,
             fence: true,
+            guard: true,
             sidecar_resources: None,
             sidecar_security_context: None,
             passmower_election: PassmowerElection::Auto,
@@ -383,6 +396,7 @@ impl TryFrom<&InjectArgs> for InjectOptions {
             allow_none: args.allow_none,
             workload_only: args.workload_only,
             fence: !args.no_fence,
+            guard: !args.no_guard,
             ..args.sidecar.options()?
         };
         options.validate()?;

@@ -8,7 +8,7 @@ use super::error::InjectError;
 use super::names::VERSION;
 use super::native_election::PassmowerElection;
 use super::options::InjectOptions;
-use super::{monitor, target, workload, yaml};
+use super::{guard, monitor, target, workload, yaml};
 
 /// One object `inject` rewrote, as it was and as it is now: what a kustomize patch is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,8 +134,15 @@ impl Run<'_> {
             }
             None => {
                 let mut rewritten = value.clone();
-                let mut notes = Vec::new();
                 let mut info = target.clone();
+                let mut notes: Vec<String> = if fence_only {
+                    Vec::new()
+                } else {
+                    let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+                    guard::left_out(opts, &workload, namespace)
+                        .into_iter()
+                        .collect()
+                };
                 if fence_only {
                     workload::rewrite_fence_only(&mut rewritten, &mut info, opts)?;
                 } else {

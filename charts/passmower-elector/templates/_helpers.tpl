@@ -128,3 +128,27 @@ the shell: only what differs from inject's own defaults, which match this chart'
     {{ printf "--post-renderer-args=%s" . | squote }}
 {{- end -}}
 {{- end -}}
+
+{{/* The replica guard's name: named by the Deployment it guards, as inject names it. */}}
+{{- define "passmower-elector.guardName" -}}
+{{- printf "passmower-elector-guard.%s.%s" .Release.Namespace (include "passmower-elector.passmowerFullname" .) | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+CEL: the string map at PARENT.FIELD has KEY set to VALUE. Called with (list PARENT FIELD KEY
+VALUE), as src/inject/guard.rs writes it (has_entry).
+*/}}
+{{- define "passmower-elector.celHasEntry" -}}
+{{- $parent := index . 0 -}}{{- $field := index . 1 -}}
+{{- $key := printf "'%s'" (index . 2) -}}{{- $value := printf "'%s'" (index . 3) -}}
+{{- printf "has(%s.%s) && %s in %s.%s && %s.%s[%s] == %s" $parent $field $key $parent $field $parent $field $key $value -}}
+{{- end -}}
+
+{{- define "passmower-elector.guardLabels" -}}
+app.kubernetes.io/name: passmower-elector
+app.kubernetes.io/component: replica-guard
+app.kubernetes.io/part-of: {{ include "passmower-elector.passmowerFullname" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}

@@ -1,0 +1,408 @@
+//! The replica guard: a ValidatingAdmissionPolicy that refuses to create or update the
+//! protected workload with more than one replica unless its pods get the elector, so a
+//! `helm upgrade` or `helm rollback` without the post-renderer (which strips the sidecar but
+//! keeps `replicaCount`) cannot bring back several replicas each running Passmower's operators.
+//!
+//! The pods get the elector when the pod template has the elector container (`inject`, the
+//! post-renderer), or, where the admission webhook injects the pods instead
+//! ([`WebhookOptIn`]), when the template or its namespace opts in to the webhook. A scale to
+//! one replica is always admitted, and so is every other workload. The policy matches the
+//! workload by kind, namespace and name, and only `CREATE` and `UPDATE` of the workload
+//! itself: the `scale` subresource (`kubectl scale`, an autoscaler) carries no pod template,
+//! so it is not matched. This module is the one statement of the policy: `inject` emits it,
+//! the chart's `templates/guard.yaml` renders the same spec (a test compares them).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde_norway::Value;
+
+use super::names::{WorkloadKind, ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
+use super::options::{InjectOptions, KubeVersion};
+use super::value::to_value;
+
+/// What every refusal's message starts with.
+pub const GUARD_DENIAL_PREFIX: &str = "passmower-elector replica guard";
+/// The `app.kubernetes.io/component` label of the guard's policy and binding.
+pub const GUARD_COMPONENT: &str = "replica-guard";
+/// The annotation with which a pod opts out of the webhook whatever its labels say (the
+/// webhook's own match conditions read it under this fixed name).
+const OPT_OUT_ANNOTATION: &str = "passmower-elector.io/inject";
+/// The value of the opt-in label that opts a pod out.
+const OPT_OUT_VALUE: &str = "disabled";
+
+/// The label with which a namespace or a pod opts in to the admission webhook (its chart's
+/// `optIn.label` and `optIn.value`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookOptIn<'a> {
+    pub label: &'a str,
+    pub value: &'a str,
+}
+
+impl WebhookOptIn<'static> {
+    /// The webhook chart's defaults: `passmower-elector.io/inject=enabled`.
+    pub const DEFAULT: WebhookOptIn<'static> = WebhookOptIn {
+        label: "passmower-elector.io/inject",
+        value: "enabled",
+    };
+}
+
+/// What one guard protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardTarget<'a> {
+    pub namespace: &'a str,
+    pub kind: WorkloadKind,
+    pub name: &'a str,
+    /// `Some` where the admission webhook injects the pods (the workload has no elector of
+    /// its own): then an opted-in template or namespace admits more than one replica.
+    pub webhook: Option<WebhookOptIn<'a>>,
+}
+
+/// Name of the policy (and binding) that guards workload `name` of `namespace`: named by what
+/// it protects, so `inject` and the chart name one object for one workload.
+pub fn guard_policy_name(namespace: &str, name: &str) -> String {
+    let mut name: String = format!("passmower-elector-guard.{namespace}.{name}")
+        .chars()
+        .take(253)
+        .collect();
+    while name.ends_with(['.', '-']) {
+        name.pop();
+    }
+    name
+}
+
+/// A CEL string literal of `s` (label keys and values, names: no quote or backslash in them,
+/// but escaped anyway).
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// `true` when `map` (a CEL path to an optional string map) has `key` set to `value`.
+fn has_entry(parent: &str, field: &str, key: &str, value: &str) -> String {
+    format!(
+        "has({parent}.{field}) && {key} in {parent}.{field} && {parent}.{field}[{key}] == {value}",
+        key = cel_string(key),
+        value = cel_string(value),
+    )
+}
+
+fn resource(kind: WorkloadKind) -> &'static str {
+    match kind {
+        WorkloadKind::Deployment => "deployments",
+        WorkloadKind::StatefulSet => "statefulsets",
+    }
+}
+
+/// The policy's spec for `target`.
+pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec {
+    let elector = cel_string(ELECTOR_CONTAINER);
+    let mut variables = vec![
+        Variable {
+            name: "replicas".into(),
+            // The apiserver defaults replicas to 1 before admission; an absent field is 1.
+            expression: "has(object.spec.replicas) ? object.spec.replicas : 1".into(),
+        },
+        Variable {
+            name: "elector".into(),
+            expression: format!(
+                "object.spec.template.spec.containers.exists(c, c.name == {elector}) || \
+                 (has(object.spec.template.spec.initContainers) && \
+                 object.spec.template.spec.initContainers.exists(c, c.name == {elector}))"
+            ),
+        },
+    ];
+    let mut admits = "variables.replicas <= 1 || variables.elector".to_owned();
+    let mut fix = "run it with the passmower-elector post-renderer (helm upgrade ... \
+                   --post-renderer passmower-elector ...)"
+        .to_owned();
+    if let Some(opt_in) = target.webhook {
+        let template = "object.spec.template.metadata";
+        // The webhook's own rules: an opt-out label or annotation wins, then a pod label or
+        // the namespace's label opts in.
+        let opted_out = format!(
+            "has(object.spec.template.metadata) && (({}) || ({}))",
+            has_entry(template, "labels", opt_in.label, OPT_OUT_VALUE),
+            has_entry(template, "annotations", OPT_OUT_ANNOTATION, OPT_OUT_VALUE),
+        );
+        let pod_opts_in = format!(
+            "has(object.spec.template.metadata) && {}",
+            has_entry(template, "labels", opt_in.label, opt_in.value)
+        );
+        let namespace_opts_in = format!(
+            "namespaceObject != null && {}",
+            has_entry(
+                "namespaceObject.metadata",
+                "labels",
+                opt_in.label,
+                opt_in.value
+            )
+        );
+        variables.push(Variable {
+            name: "webhookInjects".into(),
+            expression: format!("!({opted_out}) && (({pod_opts_in}) || ({namespace_opts_in}))"),
+        });
+        admits.push_str(" || variables.webhookInjects");
+        fix = format!(
+            "label its namespace {label}={value} (the admission webhook then injects its pods; \
+             run the webhook first)",
+            label = opt_in.label,
+            value = opt_in.value
+        );
+    }
+    let kind = target.kind.as_str();
+    ValidatingAdmissionPolicySpec {
+        // The policy reads only the request: nothing to fail but its own expressions, which
+        // guard every optional field. A guard that cannot decide refuses.
+        failure_policy: Some("Fail".into()),
+        match_constraints: Some(MatchResources {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_owned(),
+                    target.namespace.to_owned(),
+                )])),
+                ..Default::default()
+            }),
+            resource_rules: Some(vec![NamedRuleWithOperations {
+                api_groups: Some(vec!["apps".into()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                resources: Some(vec![resource(target.kind).into()]),
+                resource_names: Some(vec![target.name.to_owned()]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        variables: Some(variables),
+        validations: Some(vec![Validation {
+            expression: admits,
+            message: Some(format!(
+                "{GUARD_DENIAL_PREFIX}: {kind} {ns}/{name} may run more than one replica only \
+                 with the passmower-elector sidecar in its pods",
+                ns = target.namespace,
+                name = target.name
+            )),
+            message_expression: Some(format!(
+                "{head} + string(variables.replicas) + {tail}",
+                head = cel_string(&format!(
+                    "{GUARD_DENIAL_PREFIX}: {kind} {ns}/{name} asks for ",
+                    ns = target.namespace,
+                    name = target.name
+                )),
+                tail = cel_string(&format!(
+                    " replicas and its pods would run without the passmower-elector sidecar, \
+                     so every replica would run the Passmower operators. {}, or set its \
+                     replicas to 1; to remove passmower-elector, scale to 1 first \
+                     (docs/operations/uninstall.md)",
+                    capitalize(&fix)
+                )),
+            )),
+            reason: Some("Forbidden".into()),
+        }]),
+        ..Default::default()
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// The binding's spec: the policy, denying.
+pub fn guard_binding_spec(policy: &str) -> ValidatingAdmissionPolicyBindingSpec {
+    ValidatingAdmissionPolicyBindingSpec {
+        policy_name: Some(policy.to_owned()),
+        validation_actions: Some(vec!["Deny".into()]),
+        ..Default::default()
+    }
+}
+
+/// The ValidatingAdmissionPolicy and its binding for `target`; `generated_for` (`Kind/name`)
+/// goes into the annotation by which `inject` recognises them.
+pub fn replica_guard(target: &GuardTarget, generated_for: &str) -> Vec<Value> {
+    let name = guard_policy_name(target.namespace, target.name);
+    let meta = || ObjectMeta {
+        name: Some(name.clone()),
+        labels: Some(BTreeMap::from([
+            (
+                "app.kubernetes.io/name".to_owned(),
+                "passmower-elector".to_owned(),
+            ),
+            (
+                "app.kubernetes.io/component".to_owned(),
+                GUARD_COMPONENT.to_owned(),
+            ),
+        ])),
+        annotations: Some(BTreeMap::from([(
+            GENERATED_FOR_ANNOTATION.to_owned(),
+            generated_for.to_owned(),
+        )])),
+        ..Default::default()
+    };
+    let policy = ValidatingAdmissionPolicy {
+        metadata: meta(),
+        spec: Some(guard_policy_spec(target)),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: meta(),
+        spec: Some(guard_binding_spec(&name)),
+    };
+    vec![to_value(&policy), to_value(&binding)]
+}
+
+/// Why `inject` adds no guard for a workload it rewrites with the elector, as a warning for the
+/// manifest, or `None` when it adds one (or is told not to, or the guard is not its to add).
+/// `workload` is `Kind/name`, which starts the warning as it starts the others.
+pub fn left_out(opts: &InjectOptions, workload: &str, namespace: Option<&str>) -> Option<String> {
+    if !opts.guard || opts.workload_only {
+        return None;
+    }
+    let unguarded = "so a `helm upgrade` or `helm rollback` without the post-renderer would \
+                     run every replica's operators unguarded";
+    if !KubeVersion::SLEEP_ACTION_AND_POLICY.served_by(opts.kube_version) {
+        let cluster = opts.kube_version.map(|v| v.to_string()).unwrap_or_default();
+        return Some(format!(
+            "{workload}: no replica guard: it is a ValidatingAdmissionPolicy, served from Kubernetes {}, \
+             and this cluster is {cluster}, {unguarded}; upgrade with the post-renderer every \
+             time",
+            KubeVersion::SLEEP_ACTION_AND_POLICY
+        ));
+    }
+    if namespace.is_none() {
+        return Some(format!(
+            "{workload}: no replica guard: it names no namespace and no --namespace was given, \
+             and the guard (cluster-wide) must name it, {unguarded}; pass --namespace"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(webhook: Option<WebhookOptIn<'static>>) -> GuardTarget<'static> {
+        GuardTarget {
+            namespace: "auth",
+            kind: WorkloadKind::Deployment,
+            name: "passmower",
+            webhook,
+        }
+    }
+
+    #[test]
+    fn the_guard_matches_one_workload_by_kind_namespace_and_name() {
+        let objects = replica_guard(&target(None), "Deployment/passmower");
+        let (policy, binding) = (&objects[0], &objects[1]);
+        assert_eq!(
+            policy["metadata"]["name"].as_str(),
+            Some("passmower-elector-guard.auth.passmower")
+        );
+        let constraints = &policy["spec"]["matchConstraints"];
+        assert_eq!(
+            constraints["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as_str(),
+            Some("auth")
+        );
+        let rule = &constraints["resourceRules"][0];
+        assert_eq!(rule["resources"][0].as_str(), Some("deployments"));
+        assert_eq!(rule["resourceNames"][0].as_str(), Some("passmower"));
+        assert_eq!(rule["operations"][1].as_str(), Some("UPDATE"));
+        assert_eq!(policy["spec"]["failurePolicy"].as_str(), Some("Fail"));
+        assert_eq!(
+            binding["spec"]["policyName"].as_str(),
+            policy["metadata"]["name"].as_str()
+        );
+        assert_eq!(
+            binding["spec"]["validationActions"][0].as_str(),
+            Some("Deny")
+        );
+        let expression = policy["spec"]["validations"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert_eq!(expression, "variables.replicas <= 1 || variables.elector");
+        let stateful = GuardTarget {
+            kind: WorkloadKind::StatefulSet,
+            ..target(None)
+        };
+        assert_eq!(
+            guard_policy_spec(&stateful)
+                .match_constraints
+                .and_then(|m| m.resource_rules)
+                .and_then(|r| r[0].resources.clone()),
+            Some(vec!["statefulsets".to_owned()])
+        );
+    }
+
+    #[test]
+    fn on_the_webhook_path_an_opted_in_namespace_or_pod_admits() {
+        let spec = guard_policy_spec(&target(Some(WebhookOptIn::DEFAULT)));
+        let validation = &spec.validations.as_ref().unwrap()[0];
+        assert!(validation
+            .expression
+            .ends_with("|| variables.webhookInjects"));
+        let webhook = spec
+            .variables
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "webhookInjects")
+            .unwrap();
+        assert!(
+            webhook.expression.contains(
+                "namespaceObject.metadata.labels['passmower-elector.io/inject'] == 'enabled'"
+            ),
+            "{}",
+            webhook.expression
+        );
+        assert!(
+            webhook.expression.contains("== 'disabled'"),
+            "{}",
+            webhook.expression
+        );
+        let message = validation.message_expression.as_deref().unwrap();
+        assert!(message.contains("Label its namespace"), "{message}");
+    }
+
+    #[test]
+    fn left_out_with_a_warning_before_1_30_or_without_a_namespace() {
+        let opts = InjectOptions::new("registry.example.com/passmower-elector:0.1.0");
+        assert_eq!(left_out(&opts, "Deployment/x", Some("auth")), None);
+        let old = InjectOptions {
+            kube_version: Some(KubeVersion::new(1, 29)),
+            fence: false,
+            ..opts.clone()
+        };
+        let warning = left_out(&old, "Deployment/x", Some("auth")).unwrap();
+        assert!(
+            warning.contains("1.30") && warning.contains("1.29"),
+            "{warning}"
+        );
+        let warning = left_out(&opts, "Deployment/x", None).unwrap();
+        assert!(warning.contains("--namespace"), "{warning}");
+        let off = InjectOptions {
+            guard: false,
+            ..opts.clone()
+        };
+        assert_eq!(left_out(&off, "Deployment/x", None), None);
+        let chart = InjectOptions {
+            workload_only: true,
+            ..opts
+        };
+        assert_eq!(left_out(&chart, "Deployment/x", None), None);
+    }
+
+    #[test]
+    fn names_are_per_workload_and_within_the_limit() {
+        assert_ne!(guard_policy_name("a", "x"), guard_policy_name("b", "x"));
+        let long = "x".repeat(300);
+        let name = guard_policy_name("auth", &long);
+        assert_eq!(name.len(), 253);
+    }
+}

@@ -1,0 +1,163 @@
+//! Shared parts of the install-path tests (`tests/install_*.rs`): the documented blocks of a
+//! page, what a retrofitted or bare Passmower Deployment looks like on the server, and the
+//! record of what each test ran (tool and server versions) from which
+//! `scripts/write-install-compatibility.sh` writes docs/results/install-compatibility.md.
+//! Use it from a test file with `mod inject_support; mod install_support;`.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::inject_support::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_VERSION};
+
+/// The sidecar image every install page sets.
+pub const DOCS_IMAGE: &str = "registry.example.com/passmower-elector:0.1.0";
+/// What every replica guard refusal starts with.
+pub const GUARD_REFUSAL: &str = passmower_elector::inject::guard::GUARD_DENIAL_PREFIX;
+
+/// The fenced block after `<!-- tested: NAME -->` in `markdown`; panics when there is none.
+pub fn block(markdown: &str, name: &str) -> String {
+    tested_blocks(markdown)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, body)| body)
+        .unwrap_or_else(|| panic!("no block marked `<!-- tested: {name} -->`"))
+}
+
+/// The names of the tested blocks of `markdown`, in order.
+pub fn block_names(markdown: &str) -> Vec<String> {
+    tested_blocks(markdown)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// `kubectl get KIND NAME -o json` in namespace `ns`, or `None` when it is not there.
+pub fn get(sandbox: &Sandbox, ns: &str, what: &str) -> Option<Value> {
+    let ran = sandbox.bash(
+        &format!("kubectl -n {ns} get {what} -o json"),
+        std::time::Duration::from_secs(60),
+    );
+    if !ran.success {
+        assert!(
+            ran.stderr.contains("NotFound") || ran.stderr.contains("not found"),
+            "kubectl get {what}: {}",
+            ran.stderr
+        );
+        return None;
+    }
+    Some(serde_json::from_str(&ran.stdout).expect("kubectl printed JSON"))
+}
+
+/// Passmower's Deployment in `ns`; panics when it is missing.
+pub fn deployment(sandbox: &Sandbox, ns: &str) -> Value {
+    get(sandbox, ns, "deployment passmower").expect("Passmower's Deployment")
+}
+
+/// The elector container of a Deployment's pod template, as a native or a classic sidecar.
+pub fn elector(deployment: &Value) -> Option<&Value> {
+    let pod = &deployment["spec"]["template"]["spec"];
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| pod[*list].as_array())
+        .flatten()
+        .find(|c| c["name"] == passmower_elector::inject::ELECTOR_CONTAINER)
+}
+
+/// The replica count and the elector's image of Passmower's Deployment in `ns`.
+pub fn replicas_and_elector_image(sandbox: &Sandbox, ns: &str) -> (i64, Option<String>) {
+    let d = deployment(sandbox, ns);
+    (
+        d["spec"]["replicas"].as_i64().unwrap_or(1),
+        elector(&d).and_then(|c| c["image"].as_str().map(str::to_owned)),
+    )
+}
+
+/// Cluster-scoped admission policies whose names start with `passmower-elector`, sorted.
+pub fn policies(sandbox: &Sandbox) -> Vec<String> {
+    let ran = sandbox.ok(
+        "kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings \
+         -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}{\"\\n\"}{end}'",
+    );
+    let mut names: Vec<String> = ran
+        .stdout
+        .lines()
+        .filter(|l| l.contains("/passmower-elector"))
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Panics unless `ran` failed with a replica-guard refusal that says `says`.
+pub fn assert_refused_by_guard(ran: &crate::inject_support::tools::Ran, says: &str) {
+    assert!(
+        !ran.success,
+        "admitted, the guard should have refused:\n{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stderr.contains(GUARD_REFUSAL) && ran.stderr.contains(says),
+        "refused without the guard's message ({says:?}):\n{}",
+        ran.stderr
+    );
+}
+
+/// One row of the install compatibility table: a test that ran an install path with these
+/// tools, written as a JSON line into `$PME_INSTALL_RECORD/<test>.json` when that variable is
+/// set (`scripts/write-install-compatibility.sh` sets it and renders the rows).
+pub struct Record {
+    pub path: &'static str,
+    pub test: &'static str,
+    pub helm: Option<Helm>,
+    pub kustomize: bool,
+    /// `Some` on a real node: the kubelet's version.
+    pub kubelet: Option<String>,
+    /// What the test ran beyond the apiserver, in a few words.
+    pub ran: &'static str,
+}
+
+impl Record {
+    /// Writes the record, with the versions read from the tools in `sandbox` and the server
+    /// it talks to, when `PME_INSTALL_RECORD` names a directory.
+    pub fn write(&self, sandbox: &Sandbox) {
+        let Some(dir) = std::env::var_os("PME_INSTALL_RECORD").map(PathBuf::from) else {
+            return;
+        };
+        let helm = self.helm.map(|_| {
+            sandbox
+                .ok("helm version --template '{{.Version}}'")
+                .stdout
+                .trim()
+                .to_owned()
+        });
+        let kustomize = self
+            .kustomize
+            .then(|| sandbox.ok("kustomize version").stdout.trim().to_owned());
+        let server = sandbox.ok("kubectl version -o json").stdout;
+        let server: Value = serde_json::from_str(&server).expect("kubectl version JSON");
+        let row = json!({
+            "path": self.path,
+            "test": self.test,
+            "helm": helm,
+            "kustomize": kustomize,
+            "apiserver": server["serverVersion"]["gitVersion"],
+            "kubectl": server["clientVersion"]["gitVersion"],
+            "kubelet": self.kubelet,
+            "passmower_chart": UPSTREAM_VERSION,
+            "passmower_generation": std::env::var("PME_PASSMOWER_GENERATION")
+                .ok()
+                .filter(|g| !g.is_empty())
+                .unwrap_or_else(|| "1.3".into()),
+            "arch": std::env::consts::ARCH,
+            "ran": self.ran,
+        });
+        std::fs::create_dir_all(&dir).expect("PME_INSTALL_RECORD dir");
+        let file = dir.join(format!("{}.json", self.test));
+        let mut out = std::fs::File::create(&file).expect("record file");
+        writeln!(out, "{row}").expect("write record");
+    }
+}
