@@ -76,7 +76,9 @@ pub fn replicas_and_elector_image(sandbox: &Sandbox, ns: &str) -> (i64, Option<S
     )
 }
 
-/// Cluster-scoped admission policies whose names start with `passmower-elector`, sorted.
+/// The admission policies and bindings passmower-elector makes for an install (write fence,
+/// replica guard, idle-namespace policy, and the names older builds used), as `Kind/name`,
+/// sorted; not the webhook chart's own.
 pub fn policies(sandbox: &Sandbox) -> Vec<String> {
     let ran = sandbox.ok(
         "kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings \
@@ -85,7 +87,11 @@ pub fn policies(sandbox: &Sandbox) -> Vec<String> {
     let mut names: Vec<String> = ran
         .stdout
         .lines()
-        .filter(|l| l.contains("/passmower-elector"))
+        .filter(|l| {
+            ["fence.", "guard.", "inject.", "chart.", "chart-fence."]
+                .iter()
+                .any(|kind| l.contains(&format!("/passmower-elector-{kind}")))
+        })
         .map(str::to_owned)
         .collect();
     names.sort();
@@ -159,5 +165,102 @@ impl Record {
         let file = dir.join(format!("{}.json", self.test));
         let mut out = std::fs::File::create(&file).expect("record file");
         writeln!(out, "{row}").expect("write record");
+    }
+}
+
+/// The indented command lines after `header` in a chart's NOTES, up to the next unindented
+/// line (Helm prints NOTES indented, so they run in bash as printed).
+pub fn notes_block(notes: &str, header: &str) -> String {
+    let start = notes
+        .find(header)
+        .unwrap_or_else(|| panic!("NOTES have no {header:?}:\n{notes}"));
+    let mut out = String::new();
+    for line in notes[start..].lines().skip(1) {
+        if line.trim().is_empty() {
+            if out.is_empty() {
+                continue;
+            }
+            break;
+        }
+        assert!(line.starts_with("  "), "not a command line: {line:?}");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// What follows `NOTES:` in what helm printed.
+pub fn notes_of(helm_output: &str) -> String {
+    helm_output
+        .split_once("NOTES:\n")
+        .map(|(_, n)| n.to_owned())
+        .unwrap_or_else(|| panic!("helm printed no NOTES:\n{helm_output}"))
+}
+
+/// A schema-less CustomResourceDefinition standing in for a controller's own (Flux, Argo CD,
+/// helm-controller: none runs here), so the apiserver stores the objects a page applies.
+/// What it does not check, the controller's own validation, the page says it did not run.
+pub fn stand_in_crd(sandbox: &Sandbox, group: &str, version: &str, kind: &str, plural: &str) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": version, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    });
+    sandbox.ok(&format!(
+        "kubectl apply -f - <<'EOF'\n{crd}\nEOF\n\
+         kubectl wait --for=condition=Established --timeout=60s crd/{plural}.{group}"
+    ));
+}
+
+/// The objects of a YAML stream (`kind`, `metadata.namespace` or `default_namespace` for a
+/// namespaced one, `metadata.name`), for pruning what a controller no longer renders.
+pub fn object_keys(yaml: &str, default_namespace: &str) -> Vec<(String, String, String)> {
+    let cluster_scoped = [
+        "Namespace",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+    ];
+    serde_norway::Deserializer::from_str(yaml)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .filter_map(|d: Value| {
+            let kind = d["kind"].as_str()?.to_owned();
+            let name = d["metadata"]["name"].as_str()?.to_owned();
+            let namespace = if cluster_scoped.contains(&kind.as_str()) {
+                String::new()
+            } else {
+                d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or(default_namespace)
+                    .to_owned()
+            };
+            Some((kind, namespace, name))
+        })
+        .collect()
+}
+
+/// `kubectl delete` of each object, as a controller prunes what it no longer renders.
+pub fn delete_objects(sandbox: &Sandbox, objects: &[(String, String, String)]) {
+    for (kind, namespace, name) in objects {
+        let ns = if namespace.is_empty() {
+            String::new()
+        } else {
+            format!("-n {namespace} ")
+        };
+        sandbox.ok(&format!(
+            "kubectl {ns}delete {kind} {name} --ignore-not-found --wait=false"
+        ));
     }
 }
