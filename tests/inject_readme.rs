@@ -24,8 +24,9 @@ const HELM4: &str = include_str!("../docs/install/helm4.md");
 const KUSTOMIZE: &str = include_str!("../docs/install/kustomize-flux.md");
 const KUBECTL: &str = include_str!("../docs/install/kubectl.md");
 
-/// Every page a user installs from, with the blocks it must mark as tested.
-const PAGES: [(&str, &str, &[&str]); 10] = [
+/// Every page a user installs from, with the blocks it must mark as tested (the install
+/// blocks run here; the rest in tests/install_*.rs, which name the test of each page).
+const PAGES: [(&str, &str, &[&str]); 15] = [
     ("README.md", include_str!("../README.md"), &[]),
     (
         "docs/install/README.md",
@@ -37,18 +38,81 @@ const PAGES: [(&str, &str, &[&str]); 10] = [
         include_str!("../docs/install/sidecar-image.md"),
         &[],
     ),
-    ("docs/install/helm3.md", HELM3, &["helm3"]),
-    ("docs/install/helm4.md", HELM4, &["helm4"]),
-    ("docs/install/kustomize-flux.md", KUSTOMIZE, &["kustomize"]),
+    (
+        "docs/install/helm3.md",
+        HELM3,
+        &[
+            "helm3",
+            "helm3-upgrade-passmower",
+            "helm3-upgrade-elector",
+            "helm3-rollback",
+            "helm3-uninstall",
+        ],
+    ),
+    (
+        "docs/install/helm4.md",
+        HELM4,
+        &[
+            "helm4",
+            "helm4-upgrade-passmower",
+            "helm4-upgrade-elector",
+            "helm4-rollback",
+            "helm4-uninstall",
+        ],
+    ),
+    (
+        "docs/install/kustomize-flux.md",
+        KUSTOMIZE,
+        &["kustomize", "kustomize-upgrade", "kustomize-uninstall"],
+    ),
+    (
+        "docs/install/flux.md",
+        include_str!("../docs/install/flux.md"),
+        &["flux", "flux-upgrade", "flux-uninstall"],
+    ),
     (
         "docs/install/argocd.md",
         include_str!("../docs/install/argocd.md"),
-        &[],
+        &[
+            "argocd-webhook",
+            "argocd",
+            "argocd-upgrade",
+            "argocd-uninstall",
+        ],
     ),
-    ("docs/install/kubectl.md", KUBECTL, &["kubectl"]),
+    (
+        "docs/install/k3s.md",
+        include_str!("../docs/install/k3s.md"),
+        &["k3s-webhook", "k3s", "k3s-upgrade", "k3s-uninstall"],
+    ),
+    (
+        "docs/install/kubectl.md",
+        KUBECTL,
+        &["kubectl", "kubectl-upgrade-passmower", "kubectl-uninstall"],
+    ),
     (
         "docs/install/webhook.md",
         include_str!("../docs/install/webhook.md"),
+        &[
+            "webhook",
+            "webhook-upgrade-passmower",
+            "webhook-upgrade-elector",
+            "webhook-uninstall",
+        ],
+    ),
+    (
+        "docs/operations/upgrade.md",
+        include_str!("../docs/operations/upgrade.md"),
+        &["upgrade-chart"],
+    ),
+    (
+        "docs/operations/uninstall.md",
+        include_str!("../docs/operations/uninstall.md"),
+        &["uninstall-chart"],
+    ),
+    (
+        "docs/operations/troubleshooting.md",
+        include_str!("../docs/operations/troubleshooting.md"),
         &[],
     ),
     (
@@ -57,6 +121,28 @@ const PAGES: [(&str, &str, &[&str]); 10] = [
         &[],
     ),
 ];
+
+/// Whether a line of a block runs helm on Passmower's chart (`helm install|upgrade|template`
+/// with the release `passmower`), or names its chart in a manifest (`chart:` of a HelmChart or
+/// an Argo CD source, `url:` of a Flux OCIRepository).
+fn names_passmowers_chart(line: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let helm_on_passmower = words.first() == Some(&"helm")
+        && words
+            .iter()
+            .any(|w| ["install", "upgrade", "template"].contains(w))
+        && words
+            .iter()
+            .skip_while(|w| !["install", "upgrade", "template"].contains(w))
+            .skip(1)
+            .find(|w| !w.starts_with('-'))
+            == Some(&"passmower");
+    // A chart reference (Argo CD's `chart: passmower` beside a repoURL is checked apart).
+    let manifest = line.trim_start().starts_with("chart: ")
+        && line.contains('/')
+        && !line.contains("charts/passmower-elector");
+    helm_on_passmower || manifest
+}
 
 fn block(markdown: &str, name: &str) -> String {
     tested_blocks(markdown)
@@ -72,10 +158,44 @@ fn the_docs_name_upstream_as_users_install_it() {
         let names: Vec<String> = tested_blocks(text).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, tested, "{file}: the blocks marked tested");
         for (name, body) in tested_blocks(text) {
-            if body.contains("helm ") && body.contains("passmower ") {
+            // Commands continued over lines with `\` are one line here.
+            let joined = body.replace("\\\n", " ");
+            let lines: Vec<String> = joined
+                .lines()
+                .map(|l| {
+                    let indent = l.len() - l.trim_start().len();
+                    format!(
+                        "{}{}",
+                        &l[..indent],
+                        l.split_whitespace().collect::<Vec<_>>().join(" ")
+                    )
+                })
+                .collect();
+            for line in lines.iter().filter(|l| names_passmowers_chart(l)) {
+                let from_upstream = line
+                    .contains(&format!("{UPSTREAM_OCI} --version {UPSTREAM_VERSION}"))
+                    || (line.contains(&format!("chart: {UPSTREAM_OCI}"))
+                        && body.contains(&format!("version: {UPSTREAM_VERSION}")));
                 assert!(
-                    body.contains(&format!("{UPSTREAM_OCI} --version {UPSTREAM_VERSION}")),
-                    "{file} {name}: installs Passmower from somewhere else:\n{body}"
+                    from_upstream,
+                    "{file} {name}: installs Passmower from somewhere else:\n{line}"
+                );
+            }
+            // Flux and Argo CD name the registry in their own fields.
+            if body.contains("kind: OCIRepository") {
+                assert!(
+                    body.contains(&format!("url: {UPSTREAM_OCI}")),
+                    "{file} {name}"
+                );
+                assert!(
+                    body.contains(&format!("tag: {UPSTREAM_VERSION}")),
+                    "{file} {name}"
+                );
+            }
+            if body.contains("chart: passmower\n") {
+                assert!(
+                    body.contains(&format!("targetRevision: {UPSTREAM_VERSION}")),
+                    "{file} {name}"
                 );
             }
         }

@@ -25,6 +25,8 @@ use support::Cluster;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+const REFERENCE: &str = include_str!("../docs/reference/inject.md");
+
 /// `helm upgrade --install` of upstream Passmower into `passmower` with `extra` flags.
 fn passmower(extra: &str) -> String {
     format!(
@@ -58,10 +60,14 @@ fn an_upgrade_without_the_post_renderer_is_refused_and_a_scale_to_one_admitted()
     // The same upgrade without the post-renderer: refused, nothing changed.
     let ran = sandbox.bash(&passmower("--reuse-values"), Duration::from_secs(180));
     assert_refused_by_guard(&ran, "Deployment passmower/passmower asks for 2 replicas");
+    // What the reference shows users is what Helm prints.
+    let shown = REFERENCE
+        .lines()
+        .find(|l| l.starts_with("Error: UPGRADE FAILED: "))
+        .expect("docs/reference/inject.md shows the refusal");
     assert!(
-        ran.stderr
-            .contains("Run it with the passmower-elector post-renderer"),
-        "{}",
+        ran.stderr.contains(shown),
+        "Helm printed:\n{}\nthe reference shows:\n{shown}",
         ran.stderr
     );
     assert_eq!(

@@ -8,10 +8,12 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::inject_support::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_VERSION};
+use crate::inject_support::tools::{tested_blocks, Helm, Ran, Sandbox, UPSTREAM_VERSION};
 
 /// The sidecar image every install page sets.
 pub const DOCS_IMAGE: &str = "registry.example.com/passmower-elector:0.1.0";
@@ -35,11 +37,17 @@ pub fn block_names(markdown: &str) -> Vec<String> {
         .collect()
 }
 
-/// `kubectl get KIND NAME -o json` in namespace `ns`, or `None` when it is not there.
+/// `kubectl get KIND NAME -o json` in namespace `ns` (`""`: a cluster-scoped object), or
+/// `None` when it is not there.
 pub fn get(sandbox: &Sandbox, ns: &str, what: &str) -> Option<Value> {
+    let namespace = if ns.is_empty() {
+        String::new()
+    } else {
+        format!("-n {ns} ")
+    };
     let ran = sandbox.bash(
-        &format!("kubectl -n {ns} get {what} -o json"),
-        std::time::Duration::from_secs(60),
+        &format!("kubectl {namespace}get {what} -o json"),
+        Duration::from_secs(60),
     );
     if !ran.success {
         assert!(
@@ -99,7 +107,7 @@ pub fn policies(sandbox: &Sandbox) -> Vec<String> {
 }
 
 /// Panics unless `ran` failed with a replica-guard refusal that says `says`.
-pub fn assert_refused_by_guard(ran: &crate::inject_support::tools::Ran, says: &str) {
+pub fn assert_refused_by_guard(ran: &Ran, says: &str) {
     assert!(
         !ran.success,
         "admitted, the guard should have refused:\n{}",
@@ -263,4 +271,60 @@ pub fn delete_objects(sandbox: &Sandbox, objects: &[(String, String, String)]) {
             "kubectl {ns}delete {kind} {name} --ignore-not-found --wait=false"
         ));
     }
+}
+
+/// Runs `script` (a page's block) while `reconcile` — one pass of a controller that no test
+/// can run here (helm-controller, Argo CD), done by the test — runs beside it every 300 ms, as
+/// the controller would, so a `kubectl wait` in the block waits for it. A pass's failures are
+/// printed and left to the next pass, as the controller retries. Panics unless the block
+/// succeeds.
+pub fn run_beside(
+    sandbox: &Sandbox,
+    script: &str,
+    mut reconcile: impl FnMut() -> Vec<(String, Ran)> + Send,
+) {
+    let stop = AtomicBool::new(false);
+    let ran = std::thread::scope(|scope| {
+        let controller = scope.spawn(|| {
+            // Bounded: the block's own limit (600 s) ends it first.
+            for _ in 0..3000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                for (name, ran) in reconcile() {
+                    if !ran.success {
+                        eprintln!("{name}: failed, retried on the next pass: {}", ran.stderr);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        let ran = sandbox.bash(script, Duration::from_secs(600));
+        stop.store(true, Ordering::Relaxed);
+        controller.join().expect("the controller thread");
+        ran
+    });
+    assert!(
+        ran.success,
+        "failed:\n{script}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        ran.stdout, ran.stderr
+    );
+}
+
+/// Passes of `reconcile` until one has no failure (at most five: a controller retries, and a
+/// sync that waits on another, such as a namespace another creates, succeeds on a later
+/// pass); panics with the last failures otherwise.
+pub fn settle(mut reconcile: impl FnMut() -> Vec<(String, Ran)>) {
+    let mut failures = Vec::new();
+    for _ in 0..5 {
+        failures = reconcile()
+            .into_iter()
+            .filter(|(_, ran)| !ran.success)
+            .map(|(name, ran)| format!("{name}: {}", ran.stderr))
+            .collect();
+        if failures.is_empty() {
+            return;
+        }
+    }
+    panic!("still failing after five passes:\n{}", failures.join("\n"));
 }

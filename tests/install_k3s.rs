@@ -1,0 +1,300 @@
+//! The k3s page (docs/install/k3s.md) as written against a real kube-apiserver, and after each
+//! block what k3s's helm-controller does with the `HelmChart`s (no k3s runs here; its CRD stands
+//! in schema-less). From helm-controller's `job()`/`args()` and klipper-helm's `entry`: for a
+//! new or changed HelmChart, `helm install` (or `helm upgrade` once `helm status` finds the
+//! release) with Helm 4, `--namespace` its `targetNamespace`, `--create-namespace` when
+//! `createNamespace`, `--version`, the release named after the HelmChart, the chart from
+//! `chartContent` (base64-decoded to NAME.tgz) or `chart`, `valuesContent` as a values file, and
+//! `--server-side=true` on install; for a deleted one, `helm uninstall --wait`.
+//!
+//! What it shows: the namespace exists, labelled, before Passmower's Deployment; the replica
+//! guard admits its two replicas there; the webhook and the passmower-elector chart are what
+//! the page says; upgrade and removal leave what the page says. And in a namespace without the
+//! label, the guard refuses Passmower's Deployment, so helm-controller's install fails.
+
+mod inject_support;
+mod install_support;
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use inject_support::tools::{Helm, Ran, Sandbox};
+use install_support::{
+    assert_refused_by_guard, block, deployment, get, policies, replicas_and_elector_image,
+    stand_in_crd, Record,
+};
+use serde_json::Value;
+use support::Cluster;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const K3S: &str = include_str!("../docs/install/k3s.md");
+
+/// The HelmChart specs helm-controller last ran a Job for, by name.
+#[derive(Default)]
+struct HelmController {
+    applied: BTreeMap<String, Value>,
+}
+
+impl HelmController {
+    /// One pass over the HelmCharts of kube-system: a Job for each new or changed one, an
+    /// uninstall for each one gone. Returns what each Job ran.
+    fn reconcile(&mut self, sandbox: &Sandbox) -> Vec<(String, Ran)> {
+        let list = sandbox
+            .ok("kubectl -n kube-system get helmcharts -o json")
+            .stdout;
+        let list: Value = serde_json::from_str(&list).expect("JSON");
+        let mut ran = Vec::new();
+        let mut present = Vec::new();
+        for chart in list["items"].as_array().expect("items") {
+            let name = chart["metadata"]["name"].as_str().expect("name").to_owned();
+            present.push(name.clone());
+            if self.applied.get(&name) == Some(&chart["spec"]) {
+                continue;
+            }
+            let job = job(sandbox, chart);
+            if job.success {
+                self.applied.insert(name.clone(), chart["spec"].clone());
+            }
+            ran.push((name, job));
+        }
+        let gone: Vec<String> = self
+            .applied
+            .keys()
+            .filter(|n| !present.contains(n))
+            .cloned()
+            .collect();
+        for name in gone {
+            let spec = self.applied.remove(&name).expect("applied");
+            let target = spec["targetNamespace"].as_str().unwrap_or("kube-system");
+            ran.push((
+                name.clone(),
+                sandbox.bash(
+                    &format!("helm uninstall {name} --namespace {target} --wait"),
+                    Duration::from_secs(300),
+                ),
+            ));
+        }
+        ran
+    }
+
+    /// The Job of HelmChart `name` alone, as when it finishes before the others.
+    fn run_one(&mut self, sandbox: &Sandbox, name: &str) -> Ran {
+        let chart = get(sandbox, "kube-system", &format!("helmchart {name}")).expect("HelmChart");
+        let ran = job(sandbox, &chart);
+        if ran.success {
+            self.applied.insert(name.to_owned(), chart["spec"].clone());
+        }
+        ran
+    }
+
+    /// Runs `script` (a page's block) with this controller beside it, then once more.
+    fn run_beside(&mut self, sandbox: &Sandbox, script: &str) {
+        install_support::run_beside(sandbox, script, || self.reconcile(sandbox));
+        install_support::settle(|| self.reconcile(sandbox));
+    }
+
+    /// [`HelmController::reconcile`], panicking unless every Job succeeded.
+    fn reconcile_ok(&mut self, sandbox: &Sandbox) {
+        for (name, ran) in self.reconcile(sandbox) {
+            assert!(
+                ran.success,
+                "HelmChart {name}: the Job failed:\n{}\n{}",
+                ran.stdout, ran.stderr
+            );
+        }
+    }
+}
+
+/// What the Job of `chart` runs (klipper-helm's `entry`, install or upgrade).
+fn job(sandbox: &Sandbox, chart: &Value) -> Ran {
+    let name = chart["metadata"]["name"].as_str().expect("name");
+    let spec = &chart["spec"];
+    let target = spec["targetNamespace"].as_str().unwrap_or("kube-system");
+    let dir = sandbox.root().join(".helm-controller").join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let source = match spec["chartContent"].as_str() {
+        Some(content) => {
+            let encoded = dir.join(format!("{name}.tgz.base64"));
+            std::fs::write(&encoded, content).expect("chart content");
+            let tgz = dir.join(format!("{name}.tgz"));
+            sandbox.ok(&format!(
+                "base64 -d {} >{}",
+                encoded.display(),
+                tgz.display()
+            ));
+            tgz.display().to_string()
+        }
+        None => spec["chart"]
+            .as_str()
+            .expect("chart or chartContent")
+            .to_owned(),
+    };
+    let mut args = format!("--namespace {target}");
+    if spec["createNamespace"].as_bool() == Some(true) {
+        args.push_str(" --create-namespace");
+    }
+    if let Some(version) = spec["version"].as_str() {
+        args.push_str(&format!(" --version {version}"));
+    }
+    let mut values = String::new();
+    if let Some(content) = spec["valuesContent"].as_str() {
+        let file = dir.join("values-0-000-HelmChart-ValuesContent.yaml");
+        std::fs::write(&file, content).expect("values");
+        values = format!(" --values {}", file.display());
+    }
+    let exists = sandbox
+        .bash(
+            &format!("helm status --namespace {target} {name} --output json"),
+            Duration::from_secs(60),
+        )
+        .success;
+    let command = if exists {
+        format!("helm upgrade {args} {name} {source}{values}")
+    } else {
+        format!("helm install {args} {name} {source} --server-side=true{values}")
+    };
+    sandbox.bash(&command, Duration::from_secs(300))
+}
+
+fn k3s_sandbox(cluster: &Cluster) -> Sandbox {
+    // klipper-helm runs Helm 4.
+    let sandbox = Sandbox::new(Helm::V4, &cluster.admin_kubeconfig());
+    stand_in_crd(&sandbox, "helm.cattle.io", "v1", "HelmChart", "helmcharts");
+    sandbox
+}
+
+#[test]
+fn the_k3s_page_installs_upgrades_and_removes_as_helm_controller_runs_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = k3s_sandbox(&cluster);
+    let mut controller = HelmController::default();
+
+    controller.run_beside(&sandbox, &block(K3S, "k3s-webhook"));
+    let webhook = get(
+        &sandbox,
+        "passmower-elector-system",
+        "deployment passmower-elector-webhook",
+    )
+    .expect("the webhook's Deployment");
+    assert_eq!(
+        webhook["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example.com/passmower-elector:0.1.0"
+    );
+    sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
+
+    sandbox.ok(&block(K3S, "k3s"));
+    // The namespace came with the file, labelled, before any Job ran.
+    let ns = get(&sandbox, "", "namespace passmower").expect("namespace");
+    assert_eq!(
+        ns["metadata"]["labels"]["passmower-elector.io/inject"],
+        "enabled"
+    );
+    assert!(get(&sandbox, "passmower", "deployment passmower").is_none());
+    controller.reconcile_ok(&sandbox);
+    // Passmower's Deployment as its chart wrote it, two replicas, admitted in the labelled
+    // namespace; the elector comes from the webhook at pod admission.
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (2, None));
+    assert!(
+        policies(&sandbox).contains(
+            &"ValidatingAdmissionPolicy/passmower-elector-guard.passmower.passmower".to_owned()
+        ),
+        "{:?}",
+        policies(&sandbox)
+    );
+    let guard = get(
+        &sandbox,
+        "",
+        "validatingadmissionpolicy passmower-elector-guard.passmower.passmower",
+    )
+    .expect("guard");
+    assert!(guard["spec"]["validations"][0]["expression"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("webhookInjects"));
+    // Created by the Job with server-side apply, owned by the release the HelmChart names.
+    let d = deployment(&sandbox, "passmower");
+    assert_eq!(
+        d["metadata"]["annotations"]["meta.helm.sh/release-name"],
+        "passmower"
+    );
+
+    controller.run_beside(&sandbox, &block(K3S, "k3s-upgrade"));
+    let webhook = get(
+        &sandbox,
+        "passmower-elector-system",
+        "deployment passmower-elector-webhook",
+    )
+    .expect("the webhook's Deployment");
+    let container = &webhook["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/passmower-elector:0.1.1"
+    );
+    assert!(container["args"]
+        .to_string()
+        .contains("--image=registry.example.com/passmower-elector:0.1.1"));
+
+    controller.run_beside(&sandbox, &block(K3S, "k3s-uninstall"));
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (1, None));
+    assert_eq!(policies(&sandbox), Vec::<String>::new());
+    assert!(get(
+        &sandbox,
+        "",
+        "mutatingwebhookconfiguration passmower-elector-webhook"
+    )
+    .is_none());
+    let ns = get(&sandbox, "", "namespace passmower").expect("namespace");
+    assert!(ns["metadata"]["labels"]
+        .get("passmower-elector.io/inject")
+        .is_none());
+    assert_eq!(
+        sandbox.ok("helm list -A -q").stdout.trim(),
+        "passmower",
+        "only Passmower's release is left"
+    );
+    Record {
+        path: "k3s",
+        test: "install_k3s::helmchart",
+        helm: Some(Helm::V4),
+        kustomize: false,
+        kubelet: None,
+        ran: "install, upgrade, uninstall; helm-controller's Jobs done by the test",
+    }
+    .write(&sandbox);
+}
+
+/// What `createNamespace: true` (upstream's example) amounts to: a namespace without the
+/// label. With the passmower-elector chart there, the replica guard refuses Passmower's
+/// two-replica Deployment, so helm-controller's Job fails rather than run it unprotected.
+#[test]
+fn without_the_label_the_guard_refuses_passmowers_deployment() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start_private();
+    let sandbox = k3s_sandbox(&cluster);
+    let mut controller = HelmController::default();
+    // The page's files, with the namespace's label taken out.
+    sandbox.ok(&block(K3S, "k3s-webhook")
+        .replace("kubectl apply -f passmower-elector-webhook.yaml", "true"));
+    sandbox.ok(&block(K3S, "k3s")
+        .replace("  labels:\n    passmower-elector.io/inject: enabled\n", "")
+        .replace("kubectl apply -f passmower.yaml", "true"));
+    sandbox.ok(
+        "grep -q 'chartContent: ' passmower.yaml && ! grep -q 'passmower-elector.io/inject' passmower.yaml\n\
+         kubectl apply -f passmower.yaml",
+    );
+    // helm-controller runs the Jobs at once; here the passmower-elector chart's finishes
+    // first. (The other order creates the Deployment before the guard exists: hence the label
+    // in the same file, before either.)
+    let elector = controller.run_one(&sandbox, "passmower-elector");
+    assert!(elector.success, "{}", elector.stderr);
+    let ran = controller.run_one(&sandbox, "passmower");
+    assert_refused_by_guard(&ran, "asks for 2 replicas");
+    assert!(ran.stderr.contains("Label its namespace"), "{}", ran.stderr);
+    // helm-controller's next Job sees a failed release and (failurePolicy reinstall)
+    // uninstalls and installs again: refused again, nothing runs.
+    assert!(get(&sandbox, "passmower", "deployment passmower").is_none());
+}

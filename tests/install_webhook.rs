@@ -1,0 +1,84 @@
+//! The webhook page (docs/install/webhook.md) as written, in order, against a real
+//! kube-apiserver: both charts, the namespace labelled before Passmower, Passmower with two
+//! replicas and no post-renderer (admitted by the replica guard for the label), its upgrade,
+//! passmower-elector's upgrade, and the removal in the page's order. No kubelet runs: the
+//! webhook's replicas do not, so no pod is injected here (tests/webhook_node.rs runs this path
+//! on real pods); what the apiserver stores and admits is checked.
+
+mod inject_support;
+mod install_support;
+mod support;
+
+use inject_support::tools::{Helm, Sandbox};
+use install_support::{
+    assert_refused_by_guard, block, get, policies, replicas_and_elector_image, Record,
+};
+use support::Cluster;
+
+const WEBHOOK: &str = include_str!("../docs/install/webhook.md");
+
+#[test]
+fn the_webhook_page_installs_upgrades_and_removes_as_written() {
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
+    sandbox.ok(&block(WEBHOOK, "webhook"));
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (2, None));
+    sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
+    assert_eq!(policies(&sandbox).len(), 4, "{:?}", policies(&sandbox));
+    // Helm's manifest is the upstream chart as it is.
+    let manifest = sandbox
+        .ok("helm -n passmower get manifest passmower")
+        .stdout;
+    assert!(!manifest.contains("passmower-elector"), "{manifest}");
+    // The guard admitted two replicas for the label, and would refuse them without it.
+    let ran = sandbox.bash(
+        "kubectl label namespace passmower passmower-elector.io/inject-\n\
+         kubectl -n passmower rollout restart deployment passmower",
+        std::time::Duration::from_secs(60),
+    );
+    assert_refused_by_guard(&ran, "asks for 2 replicas");
+    sandbox.ok("kubectl label namespace passmower passmower-elector.io/inject=enabled");
+
+    sandbox.ok(&block(WEBHOOK, "webhook-upgrade-passmower"));
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (3, None));
+    sandbox.ok(&block(WEBHOOK, "webhook-upgrade-elector"));
+    let webhook = get(
+        &sandbox,
+        "passmower-elector-system",
+        "deployment passmower-elector-webhook",
+    )
+    .expect("webhook");
+    let container = &webhook["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/passmower-elector:0.1.1"
+    );
+    let restarted = install_support::deployment(&sandbox, "passmower");
+    assert!(restarted["spec"]["template"]["metadata"]["annotations"]
+        .get("kubectl.kubernetes.io/restartedAt")
+        .is_some());
+
+    sandbox.ok(&block(WEBHOOK, "webhook-uninstall"));
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (1, None));
+    assert_eq!(policies(&sandbox), Vec::<String>::new());
+    assert!(get(
+        &sandbox,
+        "",
+        "mutatingwebhookconfiguration passmower-elector-webhook"
+    )
+    .is_none());
+    let ns = get(&sandbox, "", "namespace passmower").expect("namespace");
+    assert!(ns["metadata"]["labels"]
+        .get("passmower-elector.io/inject")
+        .is_none());
+    assert_eq!(sandbox.ok("helm list -A -q").stdout.trim(), "passmower");
+    Record {
+        path: "webhook",
+        test: "install_webhook::helm",
+        helm: Some(Helm::V3),
+        kustomize: false,
+        kubelet: None,
+        ran: "install, upgrade Passmower, upgrade passmower-elector, uninstall",
+    }
+    .write(&sandbox);
+}
