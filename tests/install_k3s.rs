@@ -1,11 +1,6 @@
 //! The k3s page (docs/install/k3s.md) as written against a real kube-apiserver, and after each
 //! block what k3s's helm-controller does with the `HelmChart`s (no k3s runs here; its CRD stands
-//! in schema-less). From helm-controller's `job()`/`args()` and klipper-helm's `entry`: for a
-//! new or changed HelmChart, `helm install` (or `helm upgrade` once `helm status` finds the
-//! release) with Helm 4, `--namespace` its `targetNamespace`, `--create-namespace` when
-//! `createNamespace`, `--version`, the release named after the HelmChart, the chart from
-//! `chartContent` (base64-decoded to NAME.tgz) or `chart`, `valuesContent` as a values file, and
-//! `--server-side=true` on install; for a deleted one, `helm uninstall --wait`.
+//! in schema-less; tests/install_support/helm_controller.rs says what it does in its place).
 //!
 //! What it shows: the namespace exists, labelled, before Passmower's Deployment; the replica
 //! guard admits its two replicas there; the webhook and the passmower-elector chart are what
@@ -16,148 +11,19 @@ mod inject_support;
 mod install_support;
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use inject_support::tools::{Helm, Ran, Sandbox};
+use inject_support::tools::{Helm, Sandbox};
+use install_support::helm_controller::HelmController;
 use install_support::{
     assert_refused_by_guard, block, deployment, get, policies, replicas_and_elector_image,
     stand_in_crd, Record,
 };
-use serde_json::Value;
 use support::Cluster;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const K3S: &str = include_str!("../docs/install/k3s.md");
-
-/// The HelmChart specs helm-controller last ran a Job for, by name.
-#[derive(Default)]
-struct HelmController {
-    applied: BTreeMap<String, Value>,
-}
-
-impl HelmController {
-    /// One pass over the HelmCharts of kube-system: a Job for each new or changed one, an
-    /// uninstall for each one gone. Returns what each Job ran.
-    fn reconcile(&mut self, sandbox: &Sandbox) -> Vec<(String, Ran)> {
-        let list = sandbox
-            .ok("kubectl -n kube-system get helmcharts -o json")
-            .stdout;
-        let list: Value = serde_json::from_str(&list).expect("JSON");
-        let mut ran = Vec::new();
-        let mut present = Vec::new();
-        for chart in list["items"].as_array().expect("items") {
-            let name = chart["metadata"]["name"].as_str().expect("name").to_owned();
-            present.push(name.clone());
-            if self.applied.get(&name) == Some(&chart["spec"]) {
-                continue;
-            }
-            let job = job(sandbox, chart);
-            if job.success {
-                self.applied.insert(name.clone(), chart["spec"].clone());
-            }
-            ran.push((name, job));
-        }
-        let gone: Vec<String> = self
-            .applied
-            .keys()
-            .filter(|n| !present.contains(n))
-            .cloned()
-            .collect();
-        for name in gone {
-            let spec = self.applied.remove(&name).expect("applied");
-            let target = spec["targetNamespace"].as_str().unwrap_or("kube-system");
-            ran.push((
-                name.clone(),
-                sandbox.bash(
-                    &format!("helm uninstall {name} --namespace {target} --wait"),
-                    Duration::from_secs(300),
-                ),
-            ));
-        }
-        ran
-    }
-
-    /// The Job of HelmChart `name` alone, as when it finishes before the others.
-    fn run_one(&mut self, sandbox: &Sandbox, name: &str) -> Ran {
-        let chart = get(sandbox, "kube-system", &format!("helmchart {name}")).expect("HelmChart");
-        let ran = job(sandbox, &chart);
-        if ran.success {
-            self.applied.insert(name.to_owned(), chart["spec"].clone());
-        }
-        ran
-    }
-
-    /// Runs `script` (a page's block) with this controller beside it, then once more.
-    fn run_beside(&mut self, sandbox: &Sandbox, script: &str) {
-        install_support::run_beside(sandbox, script, || self.reconcile(sandbox));
-        install_support::settle(|| self.reconcile(sandbox));
-    }
-
-    /// [`HelmController::reconcile`], panicking unless every Job succeeded.
-    fn reconcile_ok(&mut self, sandbox: &Sandbox) {
-        for (name, ran) in self.reconcile(sandbox) {
-            assert!(
-                ran.success,
-                "HelmChart {name}: the Job failed:\n{}\n{}",
-                ran.stdout, ran.stderr
-            );
-        }
-    }
-}
-
-/// What the Job of `chart` runs (klipper-helm's `entry`, install or upgrade).
-fn job(sandbox: &Sandbox, chart: &Value) -> Ran {
-    let name = chart["metadata"]["name"].as_str().expect("name");
-    let spec = &chart["spec"];
-    let target = spec["targetNamespace"].as_str().unwrap_or("kube-system");
-    let dir = sandbox.root().join(".helm-controller").join(name);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let source = match spec["chartContent"].as_str() {
-        Some(content) => {
-            let encoded = dir.join(format!("{name}.tgz.base64"));
-            std::fs::write(&encoded, content).expect("chart content");
-            let tgz = dir.join(format!("{name}.tgz"));
-            sandbox.ok(&format!(
-                "base64 -d {} >{}",
-                encoded.display(),
-                tgz.display()
-            ));
-            tgz.display().to_string()
-        }
-        None => spec["chart"]
-            .as_str()
-            .expect("chart or chartContent")
-            .to_owned(),
-    };
-    let mut args = format!("--namespace {target}");
-    if spec["createNamespace"].as_bool() == Some(true) {
-        args.push_str(" --create-namespace");
-    }
-    if let Some(version) = spec["version"].as_str() {
-        args.push_str(&format!(" --version {version}"));
-    }
-    let mut values = String::new();
-    if let Some(content) = spec["valuesContent"].as_str() {
-        let file = dir.join("values-0-000-HelmChart-ValuesContent.yaml");
-        std::fs::write(&file, content).expect("values");
-        values = format!(" --values {}", file.display());
-    }
-    let exists = sandbox
-        .bash(
-            &format!("helm status --namespace {target} {name} --output json"),
-            Duration::from_secs(60),
-        )
-        .success;
-    let command = if exists {
-        format!("helm upgrade {args} {name} {source}{values}")
-    } else {
-        format!("helm install {args} {name} {source} --server-side=true{values}")
-    };
-    sandbox.bash(&command, Duration::from_secs(300))
-}
 
 fn k3s_sandbox(cluster: &Cluster) -> Sandbox {
     // klipper-helm runs Helm 4.

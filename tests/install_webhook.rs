@@ -82,3 +82,43 @@ fn the_webhook_page_installs_upgrades_and_removes_as_written() {
     }
     .write(&sandbox);
 }
+
+/// The passmower-elector chart with `injectedBy=webhook` prints no post-renderer command (no
+/// GitOps tool could run it) but the label, two or more replicas and the restart, which run as
+/// printed.
+#[test]
+fn the_charts_notes_on_the_webhook_path_run_as_printed() {
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
+    sandbox.ok(&format!(
+        "helm upgrade --install passmower {oci} --version {version} -n passmower \
+         --create-namespace --set passmower.host=auth.example.com",
+        oci = inject_support::tools::UPSTREAM_OCI,
+        version = inject_support::tools::UPSTREAM_VERSION,
+    ));
+    let installed = sandbox.ok(
+        "helm upgrade --install passmower-elector charts/passmower-elector -n passmower \
+         --set image.repository=registry.example.com/passmower-elector --set injectedBy=webhook",
+    );
+    let notes = install_support::notes_of(&installed.stdout);
+    assert!(!notes.contains("--post-renderer"), "{notes}");
+    assert!(notes.contains("runs 1 replica: run 2 or more"), "{notes}");
+    assert!(notes.contains("replicaCount=2"), "{notes}");
+    sandbox.ok(&install_support::notes_block(
+        &notes,
+        "restart its pods so the webhook injects them:",
+    ));
+    let ns = get(&sandbox, "", "namespace passmower").expect("namespace");
+    assert_eq!(
+        ns["metadata"]["labels"]["passmower-elector.io/inject"],
+        "enabled"
+    );
+    // With the label, the two replicas the NOTES ask for are admitted.
+    sandbox.ok(&format!(
+        "helm upgrade passmower {oci} --version {version} -n passmower --reuse-values \
+         --set replicaCount=2",
+        oci = inject_support::tools::UPSTREAM_OCI,
+        version = inject_support::tools::UPSTREAM_VERSION,
+    ));
+    assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (2, None));
+}

@@ -327,14 +327,17 @@ async fn passmower_from_its_chart_with_only_the_namespace_label_has_one_writer()
     wait_webhook_available(node, Duration::from_secs(180)).await;
     let webhook_ready_s = t0.elapsed().as_secs_f64();
 
-    // 2. Next to the Passmower release: the Lease Role, its binding and the budget.
+    // 2. Next to the Passmower release: the Lease Role, its binding, the budget, the write
+    // fence and the replica guard, which on this path admits the opted-in namespace.
     let ns = node.new_namespace("passmower").await;
+    let mut sets = image_sets(&sidecar);
+    sets.push("injectedBy=webhook".into());
     helm_install(
         node,
         "passmower-elector",
         &chart("passmower-elector"),
         &ns,
-        &image_sets(&sidecar),
+        &sets,
     );
     // 3. The namespace opts in.
     let out = node

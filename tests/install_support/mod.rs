@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod helm_controller;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -540,7 +540,7 @@ pub fn holder_is_pod(holder: &str, pod: &str) -> bool {
 /// `oidc-keys` (the signing keys and cookie keys Passmower reads from its environment; the
 /// chart's key-manager hook would make it) and `redis` (the Redis URI, one database per
 /// install so installs never share clients).
-async fn create_secrets(client: &kube::Client, ns: &str, redis_db: u32) {
+pub async fn create_secrets(client: &kube::Client, ns: &str, redis_db: u32) {
     let jwks = Command::new("node")
         .args([
             "-e",
