@@ -15,6 +15,8 @@ image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
 "$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
 "$helm" lint --strict "$chart" "${image[@]}" --set 'imagePullSecrets={regcred,other}'
+"$helm" lint --strict "$chart" "${image[@]}" --set injectedBy=webhook,guard.enabled=true
+"$helm" lint --strict "$chart" "${image[@]}" --set guard.enabled=false
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -24,6 +26,9 @@ if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set idleNamespace=pm-idle,denyIdleNamespace=true \
     >"$PME_RENDERED_CHART_DIR/deny-idle-namespace.yaml"
+  # The webhook path: the replica guard admits the namespace's opt-in label.
+  "$helm" template passmower-elector "$chart" -n auth "${image[@]}" --set injectedBy=webhook \
+    >"$PME_RENDERED_CHART_DIR/injected-by-webhook.yaml"
   # Another Passmower release name and a Lease name of its own.
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set passmower.release=auth,classicSidecar=true,lease.name=pm-leader \
@@ -50,6 +55,7 @@ refuse "an idleNamespace a namespace could have, unguarded" "denyIdleNamespace=t
 # kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA
 # in 1.30.
 refuse "Kubernetes 1.29" "kubeVersion" "${image[@]}" --kube-version 1.29.0
+refuse "an injectedBy that is neither postRenderer nor webhook" "injectedBy" "${image[@]}" --set injectedBy=argocd
 refuse "an imagePullSecrets entry that is no Secret name" "is not a Secret name" "${image[@]}" --set 'imagePullSecrets={Regcred}'
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" --kube-version 1.30.0 >/dev/null
 # NOTES.txt rendered as a normal template in a scratch copy of the chart.
