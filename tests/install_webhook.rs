@@ -122,3 +122,65 @@ fn the_charts_notes_on_the_webhook_path_run_as_printed() {
     ));
     assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (2, None));
 }
+
+/// The webhook chart's own pods take the pod-level settings a chart user expects; those this
+/// change added (`podLabels`, `topologySpreadConstraints`) land where Kubernetes reads them,
+/// and a label that would let the webhook inject its own pods is refused.
+#[test]
+fn the_webhook_charts_pods_take_labels_and_spread_constraints() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let sandbox = Sandbox::new(Helm::V3, &dir.path().join("no-cluster"));
+    let render = |sets: &str| {
+        sandbox.bash(
+            &format!(
+                "helm template pmw charts/passmower-elector-webhook -n passmower-elector-system \
+                 --set image.repository=registry.example.com/passmower-elector \
+                 --show-only templates/deployment.yaml {sets}"
+            ),
+            std::time::Duration::from_secs(60),
+        )
+    };
+    let deployment = |sets: &str| -> serde_json::Value {
+        let ran = render(sets);
+        assert!(ran.success, "{}", ran.stderr);
+        serde_norway::from_str(&ran.stdout).expect("one Deployment")
+    };
+    let default = deployment("");
+    let pod = &default["spec"]["template"];
+    assert_eq!(
+        pod["spec"]["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let set = deployment(
+        "--set podLabels.team=auth \
+         --set-json 'topologySpreadConstraints=[{\"maxSkew\":1,\"topologyKey\":\"topology.kubernetes.io/zone\",\"whenUnsatisfiable\":\"DoNotSchedule\",\"labelSelector\":{\"matchLabels\":{\"app.kubernetes.io/name\":\"passmower-elector-webhook\"}}}]'",
+    );
+    let pod = &set["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["team"], "auth");
+    assert_eq!(
+        pod["metadata"]["labels"]["passmower-elector.io/inject"], "disabled",
+        "the opt-out label stays"
+    );
+    let spread = pod["spec"]["topologySpreadConstraints"]
+        .as_array()
+        .expect("list");
+    assert_eq!(spread.len(), 1);
+    assert_eq!(spread[0]["topologyKey"], "topology.kubernetes.io/zone");
+    for (sets, says) in [
+        (
+            "--set 'podLabels.passmower-elector\\.io/inject=enabled'",
+            "podLabels must not set passmower-elector.io/inject",
+        ),
+        (
+            "--set 'podLabels.app\\.kubernetes\\.io/name=x'",
+            "podLabels must not set app.kubernetes.io/name",
+        ),
+    ] {
+        let ran = render(sets);
+        assert!(
+            !ran.success && ran.stderr.contains(says),
+            "{sets}: {}",
+            ran.stderr
+        );
+    }
+}
