@@ -57,6 +57,7 @@ fn an_upgrade_without_the_post_renderer_is_refused_and_a_scale_to_one_admitted()
         guard_policy_name("passmower", "passmower")
     )));
 
+    install_support::wait_for_guard(&sandbox, "passmower");
     // The same upgrade without the post-renderer: refused, nothing changed.
     let ran = sandbox.bash(&passmower("--reuse-values"), Duration::from_secs(180));
     assert_refused_by_guard(&ran, "Deployment passmower/passmower asks for 2 replicas");
@@ -118,6 +119,7 @@ fn a_rollback_to_the_revision_before_the_retrofit_is_refused() {
         "--reuse-values --post-renderer passmower-elector \
          --post-renderer-args=--image={DOCS_IMAGE} --post-renderer-args=--namespace=passmower"
     )));
+    install_support::wait_for_guard(&sandbox, "passmower");
     let ran = sandbox.bash(
         "helm -n passmower rollback passmower 1",
         Duration::from_secs(180),
@@ -141,6 +143,7 @@ fn on_the_webhook_path_the_namespace_label_admits_more_than_one_replica() {
     sandbox.ok("kubectl create namespace passmower\n\
          helm upgrade --install passmower-elector charts/passmower-elector -n passmower \
            --set image.repository=registry.example.com/passmower-elector --set injectedBy=webhook");
+    install_support::wait_for_guard(&sandbox, "passmower");
     let ran = sandbox.bash(&passmower("--set replicaCount=2"), Duration::from_secs(180));
     assert_refused_by_guard(&ran, "asks for 2 replicas");
     assert!(

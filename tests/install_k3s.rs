@@ -157,6 +157,7 @@ fn without_the_label_the_guard_refuses_passmowers_deployment() {
     // in the same file, before either.)
     let elector = controller.run_one(&sandbox, "passmower-elector");
     assert!(elector.success, "{}", elector.stderr);
+    install_support::wait_for_guard(&sandbox, "passmower");
     let ran = controller.run_one(&sandbox, "passmower");
     assert_refused_by_guard(&ran, "asks for 2 replicas");
     assert!(ran.stderr.contains("Label its namespace"), "{}", ran.stderr);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use inject_support::tools::{Helm, Sandbox};
 use install_support::helm_controller::HelmController;
-use install_support::{assert_refused_by_guard, block, stand_in_crd, Record};
+use install_support::{assert_refused_by_guard, block, stand_in_crd, wait_for_guard, Record};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -180,6 +180,7 @@ async fn the_k3s_page_on_real_pods_injects_a_labelled_namespace_only() {
          --set image.repository={sidecar_repository} --set image.tag={sidecar_tag} \
          --set injectedBy=webhook"
     ));
+    wait_for_guard(&sandbox, "unlabelled");
     let ran = sandbox.bash(
         &format!(
             "kubectl -n unlabelled create deployment passmower --image={} --replicas=2",

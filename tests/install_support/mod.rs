@@ -330,3 +330,26 @@ pub fn settle(mut reconcile: impl FnMut() -> Vec<(String, Ran)>) {
     }
     panic!("still failing after five passes:\n{}", failures.join("\n"));
 }
+
+/// Waits until the replica guard of Deployment `passmower` in `namespace` refuses (a server-side
+/// dry run of two replicas without the elector): the apiserver loads a new admission policy
+/// and its binding a moment after they are created, and admits until then. Panics after 30 s.
+/// Only where the guard must refuse such a Deployment (no webhook label admits it).
+pub fn wait_for_guard(sandbox: &Sandbox, namespace: &str) {
+    let mut last = String::new();
+    for _ in 0..120 {
+        let ran = sandbox.bash(
+            &format!(
+                "kubectl -n {namespace} create deployment passmower \
+                 --image=registry.example.com/probe:1 --replicas=2 --dry-run=server -o name"
+            ),
+            Duration::from_secs(60),
+        );
+        if !ran.success && ran.stderr.contains(GUARD_REFUSAL) {
+            return;
+        }
+        last = format!("{}{}", ran.stdout, ran.stderr);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("the replica guard in {namespace} did not take effect within 30 s: {last}");
+}
