@@ -19,6 +19,7 @@ use crate::elect::lease_api::LeaseApiError;
 use crate::elect::outputs::AckSource;
 use crate::election::candidate::Source;
 use crate::election::record::{self, Observed};
+use crate::election::report;
 use crate::election::timing::MIN_MARGIN;
 use crate::election::StopReason;
 
@@ -125,7 +126,9 @@ impl Elector {
             self.status
                 .update(|s| s.loop_heartbeat = BootInstant::now());
             let sent_at = BootInstant::now();
-            match self.api.replace(&record::released(&current)).await {
+            let mut desired = record::released(&current);
+            report::annotate(&mut desired, &self.holder_report(None));
+            match self.api.replace(&desired).await {
                 Ok(lease) => {
                     tracing::info!(lease = %self.api.reference(), "released the Lease");
                     self.observe(BootInstant::now(), Some(lease), Source::Read { sent_at });
