@@ -69,7 +69,7 @@ impl LeaseStore {
 /// A report that differs with `n`: running or not, any consumer, any cause.
 fn some_report(n: u64, with_term: bool) -> HolderReport {
     HolderReport {
-        operators_running: n % 2 == 0,
+        operators_running: n.is_multiple_of(2),
         consumer: ["live", "unproven", "silent", "stopped"][(n % 4) as usize],
         consumer_reason: format!("report {n}"),
         term: with_term.then(|| TermStart {
