@@ -110,20 +110,32 @@ impl EventRecorder {
 
     /// Records an Event on the Lease and the Pod in the background, unless the filter drops it.
     pub fn record(&self, kind: Kind, reason: &'static str, message: String, details: Details) {
-        if self.disabled.load(Ordering::Relaxed) {
-            return;
-        }
-        let admitted = self
-            .filter
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .admit(reason, &message, BootInstant::now());
+        tokio::spawn(self.record_now(kind, reason, message, details));
+    }
+
+    /// Records an Event on the Lease and the Pod, unless the filter drops it; done when both
+    /// creates have been answered (each within its own time limit).
+    pub fn record_now(
+        &self,
+        kind: Kind,
+        reason: &'static str,
+        message: String,
+        details: Details,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let admitted = !self.disabled.load(Ordering::Relaxed)
+            && self
+                .filter
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .admit(reason, &message, BootInstant::now());
         if !admitted {
             tracing::debug!(reason, %message, "event not recorded: a repeat, or over the budget");
-            return;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        async move {
+            if !admitted {
+                return;
+            }
             let lease = ObjectReference {
                 api_version: Some("coordination.k8s.io/v1".into()),
                 kind: Some("Lease".into()),
@@ -145,7 +157,7 @@ impl EventRecorder {
                 this.send(&pod.namespace, object, kind, reason, &message, details)
                     .await;
             }
-        });
+        }
     }
 
     async fn send(

@@ -89,13 +89,29 @@ pub async fn gather(client: &Client, namespace: &str, config: &StatusConfig) -> 
         None if deployment.is_some() => Ok(Vec::new()),
         None => pods_named(client, namespace, &lease, &events).await,
     };
+    // The fence is per ServiceAccount: the pods' (a pod spec without one runs as `default`).
     let service_account = template
         .as_ref()
         .or_else(|| pods.as_ref().ok()?.first()?.spec.as_ref())
-        .and_then(|s| s.service_account_name.clone())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "default".to_owned());
-    let fence = fence(client, namespace, &service_account).await;
+        .map(|s| {
+            s.service_account_name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".to_owned())
+        });
+    let fence = match service_account {
+        Some(sa) => fence(client, namespace, &sa).await,
+        None => {
+            let why = "no Deployment or pod tells which ServiceAccount it fences".to_owned();
+            FenceRead {
+                name: String::new(),
+                service_account: String::new(),
+                policy: Err(why.clone()),
+                binding: Err(why.clone()),
+                refusals: Err(why),
+            }
+        }
+    };
     Gathered {
         namespace: namespace.to_owned(),
         deployment,

@@ -148,11 +148,15 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     }
     writeln!(out)?;
     let f = &r.fence;
-    writeln!(
-        out,
-        "FENCE       {} (ServiceAccount {})",
-        f.name, f.service_account
-    )?;
+    if f.name.is_empty() {
+        writeln!(out, "FENCE       unknown")?;
+    } else {
+        writeln!(
+            out,
+            "FENCE       {} (ServiceAccount {})",
+            f.name, f.service_account
+        )?;
+    }
     writeln!(
         out,
         "  policy {}, binding {}, Lease parameter {}",

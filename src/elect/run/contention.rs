@@ -63,7 +63,14 @@ impl Elector {
             PodState::Terminating { .. } => self.pod_state.to_string(),
             // Not read yet: a moment of every start, not worth a word.
             PodState::Pending => return,
-            _ => state.to_string(),
+            // What the toggle answered tells an app container that is not running (no
+            // connection) from a supervisor that refuses our objects (no readable token).
+            _ => match (state, self.outputs.toggle_failure()) {
+                (ConsumerState::Unproven | ConsumerState::Silent { .. }, Some(push)) => {
+                    format!("{state}; the last push to the toggle: {push}")
+                }
+                _ => state.to_string(),
+            },
         };
         let was_able = before.is_some_and(ConsumerState::may_contend) || terminating;
         let overdue = now.saturating_since(self.consumer_live_at) > self.consumer_check.timeout;

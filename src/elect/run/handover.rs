@@ -15,6 +15,7 @@ use signal_hook_tokio::Signals;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::events::{Details, Kind};
 use crate::elect::lease_api::LeaseApiError;
 use crate::elect::outputs::AckSource;
 use crate::election::candidate::Source;
@@ -38,6 +39,17 @@ impl Elector {
             }
         } else {
             self.publish_follower();
+        }
+        // The pod's last word, so `status` does not show a stopped elector as ready. Bounded:
+        // the Lease is released already, and nothing else waits for this.
+        if let Some(events) = &self.events {
+            let said = events.record_now(
+                Kind::Normal,
+                "NotContending",
+                "not contending for the Lease: the elector is stopping".to_owned(),
+                Details::default(),
+            );
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), said).await;
         }
         tracing::info!("elector stopped");
         ExitCode::SUCCESS
