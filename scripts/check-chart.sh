@@ -15,6 +15,7 @@ image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
 "$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
 "$helm" lint --strict "$chart" "${image[@]}" --set 'imagePullSecrets={regcred,other}'
+"$helm" lint --strict "$chart" "${image[@]}" --set podMonitor.enabled=true
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -24,9 +25,10 @@ if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set idleNamespace=pm-idle,denyIdleNamespace=true \
     >"$PME_RENDERED_CHART_DIR/deny-idle-namespace.yaml"
-  # Another Passmower release name and a Lease name of its own.
+  # Another Passmower release name and a Lease name of its own; the chart's PodMonitor.
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set passmower.release=auth,classicSidecar=true,lease.name=pm-leader \
+    --set podMonitor.enabled=true,podMonitor.labels.release=prometheus \
     >"$PME_RENDERED_CHART_DIR/release-auth-lease-name.yaml"
   echo "check-chart: rendered into $PME_RENDERED_CHART_DIR: $(cd "$PME_RENDERED_CHART_DIR" && echo *.yaml)" >&2
 fi
