@@ -6,6 +6,7 @@ use super::Elector;
 use crate::clock::{self, BootInstant};
 use crate::elect::consumer::ConsumerState;
 use crate::elect::events::{Details, Kind};
+use crate::elect::own_pod::PodState;
 use crate::election::report::{HolderReport, TermStart};
 use crate::election::{HandoverCause, StopReason, Transition};
 use crate::grant::Order;
@@ -91,9 +92,16 @@ impl Elector {
                     s.grant_expiry = None;
                     s.since = Some(SystemTime::now());
                 });
-                // A handover at shutdown is routine; every other end of a term is worth a look.
+                // A handover at shutdown is routine — also when, in a pod being deleted, the app
+                // container stopped first (a native sidecar stops last) and the elector steps
+                // down for it; every other end of a term is worth a look.
                 let kind = match reason {
                     StopReason::Shutdown => Kind::Normal,
+                    StopReason::ConsumerGone { .. }
+                        if matches!(self.pod_state, PodState::Terminating { .. }) =>
+                    {
+                        Kind::Normal
+                    }
                     _ => Kind::Warning,
                 };
                 let epoch = self.status.get().epoch;
