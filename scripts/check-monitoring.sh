@@ -37,8 +37,8 @@ spec_of "$scratch/elector-rule.yaml" >"$scratch/elector.rules.yaml"
 ! grep -q 'namespace=~' "$scratch/elector.rules.yaml" || fail "the chart's rules still match every namespace"
 grep -q 'policy="passmower-elector-fence.auth.passmower"' "$scratch/elector.rules.yaml" \
   || fail "the chart's rules do not name the release's write fence"
-[[ $(grep -o 'namespace="auth"' "$scratch/elector.rules.yaml" | wc -l) -eq \
-   $(grep -o 'namespace=~".\*"' charts/passmower-elector/files/passmower-elector.rules.yaml | wc -l) ]] \
+[[ $(grep -v '^ *#' "$scratch/elector.rules.yaml" | grep -o 'namespace="auth"' | wc -l) -eq \
+   $(grep -v '^ *#' charts/passmower-elector/files/passmower-elector.rules.yaml | grep -o 'namespace=~".\*"' | wc -l) ]] \
   || fail "not every namespace matcher of the chart's rules is narrowed to namespace auth"
 
 "$helm" template pmw charts/passmower-elector-webhook -n passmower-elector-system "${image[@]}" \

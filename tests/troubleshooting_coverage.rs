@@ -316,10 +316,12 @@ fn rust_messages(path: &Path, out: &mut Vec<Message>, flags: &mut Vec<(String, S
     ] {
         for at in calls(&code, needle).collect::<Vec<_>>() {
             let open = at + needle.len() - 1;
-            let message = call_args(&code, open)
-                .into_iter()
-                .filter(|a| !a.contains('='))
-                .find_map(|a| literal_at(&code, a.as_ptr() as usize - code.as_ptr() as usize + (a.len() - a.trim_start().len())).map(|(t, _)| t));
+            // `field = "value"` starts with the field's name, so only the message is a bare
+            // literal.
+            let message = call_args(&code, open).into_iter().find_map(|a| {
+                let at = a.as_ptr() as usize - code.as_ptr() as usize;
+                literal_at(&code, at + (a.len() - a.trim_start().len())).map(|(t, _)| t)
+            });
             if let Some(text) = message {
                 push(kind, at, text, false);
             }
