@@ -632,6 +632,13 @@ fn every_kind_of_message_is_found() {
         );
     }
     assert!(flags.len() >= 20, "only {} configuration flags found", flags.len());
+    let mut kinds: Vec<&str> = messages.iter().map(|m| m.kind).collect();
+    kinds.sort();
+    kinds.dedup();
+    for kind in kinds {
+        eprintln!("{kind}: {}", count(kind));
+    }
+    eprintln!("configuration flags: {}", flags.len());
     let fence: Vec<&Message> = messages
         .iter()
         .filter(|m| m.at.starts_with("src/inject/fence.rs") && m.kind == "admission policy message")
