@@ -281,10 +281,12 @@ fn relative(path: &Path) -> String {
 
 /// Every occurrence of `needle` in `code` that is not the tail of a longer identifier.
 fn calls<'a>(code: &'a str, needle: &'a str) -> impl Iterator<Item = usize> + 'a {
-    code.match_indices(needle).map(|(at, _)| at).filter(move |&at| {
-        let before = code[..at].chars().next_back();
-        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
-    })
+    code.match_indices(needle)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            let before = code[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
 }
 
 /// The messages of one Rust file (its `#[cfg(test)]` part left out), and the flags its
@@ -365,7 +367,10 @@ fn rust_messages(path: &Path, out: &mut Vec<Message>, flags: &mut Vec<(String, S
     }
     // Warnings built by a `fn …_warning(…)`: every `format!` in its body.
     for (at, _) in code.match_indices("_warning(").collect::<Vec<_>>() {
-        if !code[..at].trim_end_matches(|c: char| c.is_alphanumeric() || c == '_').ends_with("fn ") {
+        if !code[..at]
+            .trim_end_matches(|c: char| c.is_alphanumeric() || c == '_')
+            .ends_with("fn ")
+        {
             continue;
         }
         let end = code[at..].find("\n}").map_or(code.len(), |e| at + e);
@@ -382,7 +387,11 @@ fn rust_messages(path: &Path, out: &mut Vec<Message>, flags: &mut Vec<(String, S
         }
     }
     for needle in [".error(", "fail("] {
-        for at in code.match_indices(needle).map(|(a, _)| a).collect::<Vec<_>>() {
+        for at in code
+            .match_indices(needle)
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>()
+        {
             let open = at + needle.len() - 1;
             if let Some(text) = call_args(&code, open)
                 .last()
@@ -394,7 +403,11 @@ fn rust_messages(path: &Path, out: &mut Vec<Message>, flags: &mut Vec<(String, S
     }
     // The webhook's refusals and the reasons it refuses a pod with.
     for needle in ["Decision::refuse(", "Err(format!("] {
-        for at in code.match_indices(needle).map(|(a, _)| a).collect::<Vec<_>>() {
+        for at in code
+            .match_indices(needle)
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>()
+        {
             let open = at + needle.len() - 1;
             let args = call_args(&code, open);
             let text = if needle.starts_with("Err") {
@@ -412,7 +425,11 @@ fn rust_messages(path: &Path, out: &mut Vec<Message>, flags: &mut Vec<(String, S
         ("message: Some(", false),
         ("message_expression: Some(", true),
     ] {
-        for at in code.match_indices(needle).map(|(a, _)| a).collect::<Vec<_>>() {
+        for at in code
+            .match_indices(needle)
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>()
+        {
             let open = at + needle.len() - 1;
             if let Some(text) = call_args(&code, open)
                 .first()
@@ -509,9 +526,7 @@ fn chart_messages(path: &Path, out: &mut Vec<Message>) {
                     Some(text) => printf_parts(&text),
                     None => continue,
                 }
-            } else if let Some(quoted) = value
-                .strip_prefix('\'')
-                .and_then(|v| v.strip_suffix('\''))
+            } else if let Some(quoted) = value.strip_prefix('\'').and_then(|v| v.strip_suffix('\''))
             {
                 let text = quoted.replace("''", "'");
                 if cel {
@@ -544,7 +559,11 @@ fn all_messages() -> (Vec<Message>, Vec<(String, String)>) {
     }
     for chart in ["passmower-elector", "passmower-elector-webhook"] {
         let mut templates = Vec::new();
-        files(&root.join("charts").join(chart).join("templates"), "", &mut templates);
+        files(
+            &root.join("charts").join(chart).join("templates"),
+            "",
+            &mut templates,
+        );
         templates.retain(|p| !p.ends_with("NOTES.txt"));
         for path in &templates {
             chart_messages(path, &mut messages);
@@ -567,7 +586,11 @@ fn the_guide_covers_every_message_the_binary_and_the_charts_print() {
                     "{} ({}): \"{key}\" — {}",
                     m.at,
                     m.kind,
-                    m.parts.join("…").split_whitespace().collect::<Vec<_>>().join(" ")
+                    m.parts
+                        .join("…")
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 )
             })
         })
@@ -593,7 +616,10 @@ fn the_guide_names_every_flag_a_configuration_error_names() {
         .take_while(|l| !l.starts_with("## "))
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(!section.is_empty(), "{GUIDE} has no section {CONFIG_SECTION:?}");
+    assert!(
+        !section.is_empty(),
+        "{GUIDE} has no section {CONFIG_SECTION:?}"
+    );
     let (_, flags) = all_messages();
     let mut missing: Vec<String> = flags
         .iter()
@@ -631,7 +657,11 @@ fn every_kind_of_message_is_found() {
             count(kind)
         );
     }
-    assert!(flags.len() >= 20, "only {} configuration flags found", flags.len());
+    assert!(
+        flags.len() >= 20,
+        "only {} configuration flags found",
+        flags.len()
+    );
     let mut kinds: Vec<&str> = messages.iter().map(|m| m.kind).collect();
     kinds.sort();
     kinds.dedup();
@@ -644,16 +674,24 @@ fn every_kind_of_message_is_found() {
         .filter(|m| m.at.starts_with("src/inject/fence.rs") && m.kind == "admission policy message")
         .collect();
     assert!(
-        fence.iter().any(|m| m.parts.iter().any(|p| p.contains("does not hold Lease"))),
+        fence
+            .iter()
+            .any(|m| m.parts.iter().any(|p| p.contains("does not hold Lease"))),
         "the write fence's messageExpression was not read: {fence:?}"
     );
     assert_eq!(
-        key(&rust_parts("cannot read the elector's token file {}: {cause}; so no grant")).as_deref(),
+        key(&rust_parts(
+            "cannot read the elector's token file {}: {cause}; so no grant"
+        ))
+        .as_deref(),
         Some("cannot read the elector's token file")
     );
     assert_eq!(key(&rust_parts("{what}: {source}")), None);
     assert_eq!(
-        key(&printf_parts("idleNamespace %q exists: Passmower followers would reconcile what is in it")).as_deref(),
+        key(&printf_parts(
+            "idleNamespace %q exists: Passmower followers would reconcile what is in it"
+        ))
+        .as_deref(),
         Some("exists: Passmower followers would reconcile what is in")
     );
 }
