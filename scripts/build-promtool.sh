@@ -19,10 +19,11 @@ case "$tool" in
   *) echo "build-promtool: the argument must be promtool or prometheus, got $tool" >&2; exit 2 ;;
 esac
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
-# One build per cache at a time: another (CI beside a test run) would write the same files, and
-# a cached result is only trusted once its builder has finished.
+# One build of each tool per cache at a time: another (CI beside a test run) would write the
+# same files, and a cached result is only trusted once its builder has finished. The server's
+# build does not hold up a cached promtool.
 mkdir -p "$CACHE"
-exec 9>>"$CACHE/.build-promtool.lock"
+exec 9>>"$CACHE/.build-$tool.lock"
 flock 9
 OUT="$CACHE/prometheus/prometheus-${PROMETHEUS_VERSION}"
 
