@@ -78,6 +78,10 @@ keep = ("Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmission
 print("\n---\n".join(d for d in docs if (m := re.search(r"^kind: (\w+)", d, re.M)) and m.group(1) in keep))
 PY
 k apply -f "$RUN/companions.yaml" >/dev/null
+# What Passmower's own chart grants its operators on Secrets (the fence decides whose writes
+# land, RBAC only whether the ServiceAccount may write at all).
+k -n "$NS" create role passmower-operator --verb=get,create,update,patch --resource=secrets >/dev/null
+k -n "$NS" create rolebinding passmower-operator --role=passmower-operator --serviceaccount="$NS:$SA" >/dev/null
 # The Secret the leader's stand-in app keeps writing (a fenced operator write).
 k -n "$NS" create secret generic oidc-client-demo-owner-secrets --from-literal=writer=none >/dev/null
 
@@ -153,11 +157,13 @@ EOF
     --listen "127.0.0.1:${TOGGLE[$pod]}" --leader-env APP_MODE=leader --follower-env APP_MODE=follower \
     -- python3 "$RUN/app.py" >"$dir/supervise.log" 2>&1) &
   SUPERVISOR[$pod]=$!
+  disown
   KUBECONFIG="$dir/kubeconfig" POD_NAME="$pod" POD_NAMESPACE="$NS" POD_UID="$uid" \
     "$BIN" elect --lease-name "$LEASE" --flag-file "$dir/grant.json" \
     --toggle-url "http://127.0.0.1:${TOGGLE[$pod]}/grant" --probe-addr "127.0.0.1:${PROBE[$pod]}" \
     >"$dir/elect.log" 2>&1 &
   ELECTOR[$pod]=$!
+  disown
   PODS+=("$pod")
   write_targets
   log "started $pod (uid $uid, probe ${PROBE[$pod]})"
@@ -212,6 +218,7 @@ PROM_PORT="$(cp_free_port)"
 "$PROMETHEUS" --config.file "$RUN/prometheus.yml" --storage.tsdb.path "$RUN/tsdb" \
   --web.listen-address "127.0.0.1:$PROM_PORT" >"$RUN/prometheus.log" 2>&1 &
 PROM_PID=$!
+disown
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
 
 START="$(date +%s.%N)"
@@ -260,7 +267,7 @@ event "thaw: $third"
 sleep 40
 END="$(date +%s.%N)"
 event "end"
-grep -h "PUT 403" "$RUN"/*/app.log | head -n 3 | sed 's/^/refused: /' >&2 || true
+grep -h "PUT 403" "$RUN"/*/app.log | head -n 3 | cut -c1-400 | sed 's/^/refused: /' >&2 || true
 
 python3 scripts/render-dashboard.py --prometheus "http://127.0.0.1:$PROM_PORT" \
   --start "$START" --end "$END" --events "$RUN/events.tsv" --namespace "$NS" --job "$NS/passmower" \

@@ -15,6 +15,7 @@ import datetime
 import json
 import math
 import platform
+import re
 import subprocess
 import urllib.parse
 import urllib.request
@@ -90,6 +91,7 @@ def time_axis(svg, px, pw, py, ph, start, end, events):
 
 
 def draw_state_timeline(svg, p, results, px, py, pw, ph, start, end):
+    step = STEP
     mappings = {}
     for m in p["fieldConfig"]["defaults"].get("mappings", []):
         for value, spec in m.get("options", {}).items():
@@ -101,13 +103,13 @@ def draw_state_timeline(svg, p, results, px, py, pw, ph, start, end):
         return
     rh = min(22, ph / len(rows))
     span = end - start
-    for i, (name, values) in enumerate(rows):
+    for i, (name, values, step) in enumerate(rows):
         y = py + i * rh
         svg.text(px, y + rh * 0.7, name, size=10)
         for j, (t, v) in enumerate(values):
-            t_next = values[j + 1][0] if j + 1 < len(values) else t + STEP
-            if t_next - t > 3 * STEP:
-                t_next = t + STEP
+            t_next = values[j + 1][0] if j + 1 < len(values) else t + step
+            if t_next - t > 3 * step:
+                t_next = t + step
             spec = mappings.get(v)
             fill = color_of(spec.get("color") if spec else None, "#bbbbbb")
             if fill is None:
@@ -117,22 +119,26 @@ def draw_state_timeline(svg, p, results, px, py, pw, ph, start, end):
             svg.add(f'<rect x="{x:.1f}" y="{y + 1:.1f}" width="{max(x2 - x, 0.5):.1f}" '
                     f'height="{rh * 0.8:.1f}" fill="{fill}" fill-opacity="0.85"/>')
     # Legend: the mapped states.
-    lx = px
+    lx, ly = px, py + ph + 16
     for value in sorted(mappings):
         spec = mappings[value]
         fill = color_of(spec.get("color"), None)
         if fill is None:
             continue
-        svg.add(f'<rect x="{lx}" y="{py + ph + 16}" width="10" height="10" fill="{fill}"/>')
-        svg.text(lx + 14, py + ph + 25, spec["text"], size=10)
-        lx += 24 + 6 * len(spec["text"])
+        item = 24 + 5.5 * len(spec["text"])
+        if lx + item > px + pw:
+            lx, ly = px, ly + 14
+        svg.add(f'<rect x="{lx:.1f}" y="{ly}" width="10" height="10" fill="{fill}"/>')
+        svg.text(lx + 14, ly + 9, spec["text"], size=10)
+        lx += item
 
 
 def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
     defaults = p["fieldConfig"]["defaults"]
     custom = defaults.get("custom", {})
     style = custom.get("drawStyle", "line")
-    series = [(name, values) for name, values in results]
+    series = [(name, values) for name, values, _ in results]
+    steps_of = {name: step for name, _, step in results}
     if not any(values for _, values in series):
         svg.text(px + pw / 2, py + ph / 2, "no data", anchor="middle", color="#999")
         return
@@ -164,6 +170,7 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
                     f'stroke="{color_of(s["color"], "#999")}" stroke-dasharray="6,3"/>')
     stack = {}
     bar_w = max(pw * RATE / span * 0.8, 2)
+    current_v = 0
     for i, (name, values) in enumerate(series):
         if defaults.get("color", {}).get("mode") == "fixed":
             color = color_of(defaults["color"].get("fixedColor"), PALETTE[i % len(PALETTE)])
@@ -189,7 +196,7 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
         else:
             segments, current, last_t = [], [], None
             for t, v in values:
-                if math.isnan(v) or (last_t is not None and t - last_t > 3 * STEP):
+                if math.isnan(v) or (last_t is not None and t - last_t > 3 * steps_of[name]):
                     if current:
                         segments.append(current)
                     current = []
@@ -245,12 +252,15 @@ def main():
     svg.add(f'<rect width="{width}" height="{height}" fill="#f4f5f5"/>')
     svg.text(12, 26, f'{dash["title"]} — namespace {opts.namespace}, a real run of {(opts.end - opts.start) / 60:.1f} minutes',
              size=15, weight="bold")
+    with urllib.request.urlopen(f"{opts.prometheus}/api/v1/label/__name__/values", timeout=30) as r:
+        scraped = set(json.load(r)["data"])
     empty = []
     for p in dash["panels"]:
         g = p["gridPos"]
         x0, y0, w, h = 10 + g["x"] * COLUMN, 40 + g["y"] * ROW, g["w"] * COLUMN, g["h"] * ROW
         panel_frame(svg, p, x0, y0, w, h)
-        px, py, pw, ph = x0 + 50, y0 + 30, w - 66, h - 80
+        top = 16 if g["y"] == 0 else 0  # room for the event markers
+        px, py, pw, ph = x0 + 50, y0 + 30 + top, w - 66, h - 80 - top
         results = []
         for t in p["targets"]:
             uses_rate = "$__rate_interval" in t["expr"]
@@ -259,20 +269,27 @@ def main():
             expr = substitute(t["expr"], opts.namespace, opts.job, RATE)
             for r in query(opts.prometheus, expr, start, opts.end, step):
                 values = [(float(ts), float(v)) for ts, v in r["values"]]
-                results.append((legend(t.get("legendFormat"), r["metric"]), values))
+                results.append((legend(t.get("legendFormat"), r["metric"]), values, step))
         if not results:
-            empty.append(p["title"])
+            used = {m for t in p["targets"]
+                    for m in re.findall(r"\b((?:passmower_elector|apiserver)_[a-z0-9_]+)", t["expr"])}
+            missing = sorted(m for m in used if m not in scraped
+                             and re.sub(r"_(bucket|sum|count)$", "", m) + "_bucket" not in scraped)
+            empty.append((p["title"], missing))
         time_axis(svg, px + (90 if p["type"] == "state-timeline" else 0),
                   pw - (90 if p["type"] == "state-timeline" else 0), py, ph, opts.start, opts.end, events)
         if p["type"] == "state-timeline":
             draw_state_timeline(svg, p, results, px, py, pw, ph, opts.start, opts.end)
         else:
             draw_timeseries(svg, p, results, px, py, pw, ph, opts.start, opts.end)
+        if not results and empty[-1][1]:
+            svg.text(px + pw / 2, py + ph / 2 + 16, "no series of " + ", ".join(empty[-1][1]),
+                     size=9, anchor="middle", color="#999")
         if g["y"] == 0:
             for n, (t, label) in enumerate(events, 1):
                 x = px + 90 + (pw - 90) * (t - opts.start) / (opts.end - opts.start)
-                svg.add(f'<circle cx="{x:.1f}" cy="{py - 6}" r="7" fill="#555"/>')
-                svg.text(x, py - 2.5, str(n), size=9, anchor="middle", color="#fff", weight="bold")
+                svg.add(f'<circle cx="{x:.1f}" cy="{py - 9}" r="7" fill="#555"/>')
+                svg.text(x, py - 5.5, str(n), size=9, anchor="middle", color="#fff", weight="bold")
     svg.add("</svg>")
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.with_suffix(".svg").write_text("\n".join(svg.parts) + "\n")
@@ -296,11 +313,18 @@ def main():
     for n, (t, label) in enumerate(events, 1):
         lines.append(f"{n}. {t - opts.start:.0f}s: {label}")
     lines += ["", "![the dashboard over the run](dashboard.svg)", ""]
+    for title, missing in empty:
+        ours = [f"`{m}`" for m in missing if m.startswith("passmower_")]
+        theirs = [f"`{m}`" for m in missing if not m.startswith("passmower_")]
+        why = "; ".join(
+            ([f"the elector of this build does not export {', '.join(ours)}"] if ours else [])
+            + ([f"the kube-apiserver counted none ({', '.join(theirs)} has no series)"] if theirs else [])
+        ) or "nothing of the kind happened in this run"
+        lines.append(f"- No data in *{title}*: {why}.")
     if empty:
-        lines.append("Panels without data in this run: " + ", ".join(empty) + ".")
         lines.append("")
     opts.out.with_suffix(".md").write_text("\n".join(lines))
-    print(f"render-dashboard: wrote {opts.out.with_suffix('.svg')} and .md; empty panels: {empty or 'none'}")
+    print(f"render-dashboard: wrote {opts.out.with_suffix('.svg')} and .md; empty panels: {[t for t, _ in empty] or 'none'}")
 
 
 if __name__ == "__main__":
