@@ -165,6 +165,8 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
     steps = defaults.get("thresholds", {}).get("steps", [])
     if custom.get("thresholdsStyle", {}).get("mode") == "line":
         for s in steps[1:]:
+            if not bottom <= s["value"] <= top:
+                continue
             _, y = xy(start, s["value"])
             svg.add(f'<line x1="{px}" y1="{y:.1f}" x2="{px + pw}" y2="{y:.1f}" '
                     f'stroke="{color_of(s["color"], "#999")}" stroke-dasharray="6,3"/>')
