@@ -30,7 +30,10 @@ NAMED = {"green": "#56A64B", "red": "#E02F44", "blue": "#3274D9", "orange": "#FF
 PALETTE = ["#7EB26D", "#EAB839", "#6ED0E0", "#EF843C", "#E24D42", "#1F78C1", "#BA43A9",
            "#705DA0", "#508642", "#CCA300"]
 COLUMN, ROW = 50, 34  # pixels per grid column and grid row
-STEP, RATE = 2, 10  # query step for gauges; window and step for increase()/rate()
+# Query step for gauges; step of the increase()/rate() panels, and their window, which is one
+# step and one scrape interval (2s), as Grafana's $__rate_interval: consecutive windows then
+# share one sample, so no increment falls between two of them.
+STEP, RATE, RATE_WINDOW = 2, 10, 12
 
 
 def query(prometheus, expr, start, end, step):
@@ -50,7 +53,8 @@ def legend(fmt, labels):
 
 
 def substitute(expr, namespace, job, rate):
-    return (expr.replace("$__rate_interval", f"{rate}s").replace("$namespace", namespace)
+    return (expr.replace("$__rate_interval", f"{rate}s").replace("$__interval", f"{RATE}s")
+            .replace("$namespace", namespace)
             .replace("$job", job))
 
 
@@ -143,7 +147,8 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
         svg.text(px + pw / 2, py + ph / 2, "no data", anchor="middle", color="#999")
         return
     top = max((v for _, values in series for _, v in values if not math.isnan(v)), default=1)
-    if style == "bars" and custom.get("stacking", {}).get("mode") == "normal":
+    stacked = style == "bars" and custom.get("stacking", {}).get("mode") == "normal"
+    if stacked:
         sums = {}
         for _, values in series:
             for t, v in values:
@@ -184,10 +189,13 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
             for t, v in values:
                 if v <= 0 or math.isnan(v):
                     continue
-                base = stack.get(t, 0)
+                base = stack.get(t, 0) if stacked else 0
                 x, y = xy(t, base + v)
                 _, y0 = xy(t, base)
-                svg.add(f'<rect x="{x - bar_w:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
+                # Side by side when not stacked: each series its share of the step.
+                width = bar_w if stacked else bar_w / len(series)
+                left = x - bar_w + (0 if stacked else i * width)
+                svg.add(f'<rect x="{left:.1f}" y="{y:.1f}" width="{width:.1f}" '
                         f'height="{max(y0 - y, 1):.1f}" fill="{color}" fill-opacity="0.85"/>')
                 stack[t] = base + v
         elif style == "points":
@@ -214,8 +222,10 @@ def draw_timeseries(svg, p, results, px, py, pw, ph, start, end):
                 pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in seg)
                 svg.add(f'<polyline points="{pts}" fill="none" stroke="{color}" '
                         f'stroke-width="{custom.get("lineWidth", 1) + 0.5}"/>')
-        svg.add(f'<rect x="{px + 4 + 130 * i}" y="{py + ph + 16}" width="10" height="3" fill="{color}"/>')
-        svg.text(px + 18 + 130 * i, py + ph + 21, name[:22], size=10)
+        per_row = max(int(pw // 130), 1)
+        lx, ly = px + 4 + 130 * (i % per_row), py + ph + 16 + 13 * (i // per_row)
+        svg.add(f'<rect x="{lx}" y="{ly}" width="10" height="3" fill="{color}"/>')
+        svg.text(lx + 14, ly + 5, name[:22], size=10)
 
 
 def machine():
@@ -265,10 +275,10 @@ def main():
         px, py, pw, ph = x0 + 50, y0 + 30 + top, w - 66, h - 80 - top
         results = []
         for t in p["targets"]:
-            uses_rate = "$__rate_interval" in t["expr"]
+            uses_rate = "$__rate_interval" in t["expr"] or "$__interval" in t["expr"]
             step = RATE if uses_rate else STEP
             start = opts.start + (RATE if uses_rate else 0)
-            expr = substitute(t["expr"], opts.namespace, opts.job, RATE)
+            expr = substitute(t["expr"], opts.namespace, opts.job, RATE_WINDOW)
             for r in query(opts.prometheus, expr, start, opts.end, step):
                 values = [(float(ts), float(v)) for ts, v in r["values"]]
                 results.append((legend(t.get("legendFormat"), r["metric"]), values, step))
