@@ -271,4 +271,4 @@ grep -h "PUT 403" "$RUN"/*/app.log | head -n 3 | cut -c1-400 | sed 's/^/refused:
 
 python3 scripts/render-dashboard.py --prometheus "http://127.0.0.1:$PROM_PORT" \
   --start "$START" --end "$END" --events "$RUN/events.tsv" --namespace "$NS" --job "$NS/passmower" \
-  --command "scripts/dashboard-run.sh" --out docs/results/dashboard
+  --command "cargo build && scripts/dashboard-run.sh" --out docs/results/dashboard
