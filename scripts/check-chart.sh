@@ -16,6 +16,10 @@ image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
 "$helm" lint --strict "$chart" "${image[@]}" --set 'imagePullSecrets={regcred,other}'
 "$helm" lint --strict "$chart" "${image[@]}" --set podMonitor.enabled=true
+# The monitoring objects (scripts/check-monitoring.sh checks what they hold with promtool).
+"$helm" lint --strict "$chart" "${image[@]}" --set prometheusRule.enabled=true,dashboard.enabled=true \
+  --set prometheusRule.namespace=monitoring,prometheusRule.labels.release=kube-prometheus-stack \
+  --set dashboard.annotations.grafana_folder=Passmower
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -71,6 +75,7 @@ webhook_chart=charts/passmower-elector-webhook
 "$helm" lint --strict "$webhook_chart" "${image[@]}"
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set injection.idleNamespace=pm-idle,injection.denyIdleNamespace=true
+"$helm" lint --strict "$webhook_chart" "${image[@]}" --set prometheusRule.enabled=true,prometheusRule.labels.release=kube-prometheus-stack
 # The pod-level settings of the webhook's own pods, and the injected pods' pull secrets.
 "$helm" lint --strict "$webhook_chart" "${image[@]}" \
   --set 'imagePullSecrets={regcred},injection.imagePullSecrets={regcred}' \

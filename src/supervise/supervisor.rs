@@ -572,7 +572,8 @@ impl Supervisor {
             let id = self.converge.started;
             let tx = self.converged_tx.clone();
             tracing::info!(
-                "checking the OIDCClients this Deployment claimed for missing client Secrets                  before the leader instance starts"
+                "checking the OIDCClients this Deployment claimed for missing client Secrets \
+                 before the leader instance starts"
             );
             let task = tokio::spawn(async move {
                 let result = match tokio::time::timeout(converge::CONVERGE_LIMIT, spec.run()).await
@@ -615,14 +616,17 @@ impl Supervisor {
                 status.released_clients += out.released.len() as u64;
                 for client in &out.released {
                     tracing::warn!(%client,
-                        "OIDCClient claimed by this Deployment has no client Secret (a write                          sequence cut short by a takeover, a crash or a deletion); handed back so                          the leader instance claims and reconciles it");
+                        "OIDCClient claimed by this Deployment has no client Secret (a write \
+                         sequence cut short by a takeover, a crash or a deletion); handed back so \
+                         the leader instance claims and reconciles it");
                 }
                 for failure in &out.failed {
                     tracing::error!(%failure, "OIDCClient left unreconciled by the promotion check");
                 }
                 for client in &out.skipped {
                     tracing::warn!(%client,
-                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the                          check cannot tell whether the operator reconciles its namespace");
+                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the \
+                         check cannot tell whether the operator reconciles its namespace");
                 }
                 tracing::info!(
                     checked = out.checked,
@@ -634,7 +638,8 @@ impl Supervisor {
             Err(error) => {
                 status.failed_checks += 1;
                 tracing::error!(%error,
-                    "promotion check failed; starting the leader instance anyway (a client whose                      Secret is missing stays so until its OIDCClient changes)");
+                    "promotion check failed; starting the leader instance anyway (a client whose \
+                     Secret is missing stays so until its OIDCClient changes)");
             }
         }
         self.reconcile();
