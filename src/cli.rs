@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::{copy_self, elect, inject, logging, supervise, webhook};
 
@@ -44,7 +44,12 @@ pub enum Role {
 /// Parses the command line and runs the chosen role. Usage errors exit 2 (clap's convention,
 /// shared with every configuration error the roles find themselves).
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `--version` also names the sidecar image this build defaults to (a release's own).
+    let parsed = Cli::command()
+        .long_version(long_version())
+        .try_get_matches()
+        .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         // Helm 4 hides a post-renderer's stderr: `inject --on-error=manifest` reports even a
         // mistyped flag where Helm shows it.
@@ -63,4 +68,11 @@ pub fn run() -> ExitCode {
         Role::Webhook(args) => webhook::main(args),
         Role::CopySelf(args) => copy_self::main(args),
     }
+}
+
+/// The text of `--version`: the version, then the default sidecar image. Made once per process;
+/// clap keeps it for the process's life.
+fn long_version() -> &'static str {
+    let text = format!("{}\n{}", inject::VERSION, inject::published::describe());
+    Box::leak(text.into_boxed_str())
 }

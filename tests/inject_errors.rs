@@ -433,18 +433,24 @@ fn the_sidecar_image_is_required() {
     assert!(out.stdout.contains(&format!("image: {IMAGE}")));
 }
 
+/// Releases push version tags only: the released repository without one would pull `latest`,
+/// which nothing publishes.
 #[test]
-fn the_old_placeholder_image_is_refused() {
+fn the_released_repository_without_a_version_is_refused() {
     let stderr = refused(
         &[
             "inject",
-            "--image=ghcr.io/passmower/passmower-elector:0.1.0",
+            "--image=ghcr.io/passmower/passmower-elector:latest",
         ],
         &golden("passmower.in.yaml"),
         &[],
     );
-    assert!(stderr.contains("placeholder"), "{stderr}");
-    assert!(stderr.contains("Dockerfile.sidecar"), "{stderr}");
+    assert!(stderr.contains("version tags only"), "{stderr}");
+    let versioned = format!(
+        "ghcr.io/passmower/passmower-elector:{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(stderr.contains(&versioned), "{stderr}");
 }
 
 /// `--on-error=manifest` (what the Helm 4 plugin runs): the reason also goes to stdout, as
