@@ -409,8 +409,8 @@ fn an_earlier_injection_without_the_pod_uid_gets_no_fence() {
     }
 }
 
-/// No default image: nothing publishes one, so a default would leave every pod in Init. The
-/// refusal says how to build and push one, both ways.
+/// A development build (this test's) knows no published image: it refuses to guess one, which
+/// would leave every pod in Init, and says how to build and push one, both ways.
 #[test]
 fn the_sidecar_image_is_required() {
     let out = run(&["inject"], &golden("passmower.in.yaml"), &[]);
