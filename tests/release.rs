@@ -120,7 +120,11 @@ fn blob(layout: &Path, desc: &Value) -> Vec<u8> {
     let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
     let data = std::fs::read(layout.join("blobs/sha256").join(hex)).expect("the blob");
     assert_eq!(sha256_hex(&data), hex, "blob {digest}: its content");
-    assert_eq!(Some(data.len() as u64), desc["size"].as_u64(), "blob {digest}: its size");
+    assert_eq!(
+        Some(data.len() as u64),
+        desc["size"].as_u64(),
+        "blob {digest}: its size"
+    );
     data
 }
 
@@ -137,7 +141,10 @@ fn cargo_lock() -> BTreeMap<(String, String), Option<String>> {
             })
         };
         packages.insert(
-            (field("name").expect("name"), field("version").expect("version")),
+            (
+                field("name").expect("name"),
+                field("version").expect("version"),
+            ),
             field("checksum"),
         );
     }
@@ -158,14 +165,21 @@ fn the_dry_run_image_index_lists_each_platform_by_its_manifest() {
     );
     let digest = top["digest"].as_str().expect("digest").to_owned();
     // The digest the later steps were given is the index's.
-    let recorded = std::fs::read_to_string(run.dir.path().join("work/image-digest")).expect("digest");
+    let recorded =
+        std::fs::read_to_string(run.dir.path().join("work/image-digest")).expect("digest");
     assert_eq!(recorded.trim(), digest);
 
     let index: Value = serde_json::from_slice(&blob(layout.path(), top)).expect("image index");
     let manifests = index["manifests"].as_array().expect("manifests");
     let platforms: Vec<String> = manifests
         .iter()
-        .map(|m| format!("{}/{}", m["platform"]["os"].as_str().unwrap_or("?"), m["platform"]["architecture"].as_str().unwrap_or("?")))
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["platform"]["os"].as_str().unwrap_or("?"),
+                m["platform"]["architecture"].as_str().unwrap_or("?")
+            )
+        })
         .collect();
     assert_eq!(platforms, vec![format!("linux/{}", host_arch())]);
     for m in manifests {
@@ -181,12 +195,19 @@ fn the_dry_run_image_index_lists_each_platform_by_its_manifest() {
         // The listing names the platform and its manifest digest.
         let line = format!("linux/{}", host_arch());
         assert!(
-            run.listing.lines().any(|l| l.contains(&line) && l.contains(m["digest"].as_str().unwrap_or("-"))),
+            run.listing
+                .lines()
+                .any(|l| l.contains(&line) && l.contains(m["digest"].as_str().unwrap_or("-"))),
             "{}",
             run.listing
         );
     }
-    assert!(run.listing.contains(&format!("image index  {REPO}:{VERSION}@{digest}")), "{}", run.listing);
+    assert!(
+        run.listing
+            .contains(&format!("image index  {REPO}:{VERSION}@{digest}")),
+        "{}",
+        run.listing
+    );
 }
 
 #[test]
@@ -209,7 +230,9 @@ fn the_dry_run_charts_name_the_image_by_version_and_digest() {
         assert_eq!(values["image"]["tag"], VERSION, "{chart}");
         assert_eq!(values["image"]["digest"], digest.trim(), "{chart}");
         assert!(
-            run.listing.lines().any(|l| l.contains(&format!("{chart}-{VERSION}.tgz")) && l.ends_with(&reference)),
+            run.listing
+                .lines()
+                .any(|l| l.contains(&format!("{chart}-{VERSION}.tgz")) && l.ends_with(&reference)),
             "{chart}: {}",
             run.listing
         );
@@ -218,8 +241,14 @@ fn the_dry_run_charts_name_the_image_by_version_and_digest() {
     let rendered = ok(Command::new(helm())
         .args(["template", "pmw", "-n", "passmower-elector-system"])
         .arg(dist().join(format!("passmower-elector-webhook-{VERSION}.tgz"))));
-    assert!(rendered.contains(&format!("image: {reference}\n")), "{rendered}");
-    assert!(rendered.contains(&format!("\"--image={reference}\"")), "{rendered}");
+    assert!(
+        rendered.contains(&format!("image: {reference}\n")),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!("\"--image={reference}\"")),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -247,11 +276,25 @@ fn the_dry_run_sbom_lists_the_crates_of_cargo_lock_built_in() {
         names.insert(name);
     }
     // What the binary links is there; what only the tests use is not.
-    for linked in ["kube", "tokio", "ring", "rustls", "clap", "serde_norway", "rcgen", "hyper"] {
+    for linked in [
+        "kube",
+        "tokio",
+        "ring",
+        "rustls",
+        "clap",
+        "serde_norway",
+        "rcgen",
+        "hyper",
+    ] {
         assert!(names.contains(linked), "{linked} missing from the SBOM");
     }
     assert!(!names.contains("tempfile"), "a dev-dependency is listed");
-    assert!(names.len() > 100 && names.len() < lock.len(), "{} of {} crates", names.len(), lock.len());
+    assert!(
+        names.len() > 100 && names.len() < lock.len(),
+        "{} of {} crates",
+        names.len(),
+        lock.len()
+    );
 }
 
 #[test]
@@ -295,7 +338,14 @@ fn refused_after(tamper: impl FnOnce(&Path), extra: &[&str], expected: &str) {
         .arg("scripts/release/verify.py")
         .arg("--dir")
         .arg(copy.path())
-        .args(["--repo", REPO, "--version", VERSION, "--platforms", host_arch()])
+        .args([
+            "--repo",
+            REPO,
+            "--version",
+            VERSION,
+            "--platforms",
+            host_arch(),
+        ])
         .args(extra));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{expected}: {stderr}");
@@ -311,9 +361,20 @@ fn the_verifier_refuses_a_release_that_disagrees_with_itself() {
         .arg("scripts/release/verify.py")
         .arg("--dir")
         .arg(dry_run().dir.path())
-        .args(["--repo", REPO, "--version", VERSION, "--platforms", host_arch()])
+        .args([
+            "--repo",
+            REPO,
+            "--version",
+            VERSION,
+            "--platforms",
+            host_arch(),
+        ])
         .args(prebuilt));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let sbom = format!("passmower-elector-{VERSION}.spdx.json");
     refused_after(
@@ -362,7 +423,11 @@ fn the_verifier_refuses_a_release_that_disagrees_with_itself() {
         "values image.digest 'sha256:1111",
     );
     // Without --prebuilt the development binary is what a release must not be.
-    refused_after(|_| {}, &[], "has a program interpreter (dynamically linked), not static");
+    refused_after(
+        |_| {},
+        &[],
+        "has a program interpreter (dynamically linked), not static",
+    );
 }
 
 #[test]
@@ -383,13 +448,27 @@ fn the_image_builder_refuses_to_mislabel_a_platform() {
     let out = image(other, Path::new(BINARY), &tmp.path().join("wrong.tar"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("an ELF file for {other_elf}, not for --arch {other}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "an ELF file for {other_elf}, not for --arch {other}"
+        )),
+        "{stderr}"
+    );
     let out = image("armv7", Path::new(BINARY), &tmp.path().join("armv7.tar"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--arch 'armv7': unknown architecture"), "{stderr}");
+    assert!(
+        stderr.contains("--arch 'armv7': unknown architecture"),
+        "{stderr}"
+    );
     let out = run(Command::new(root().join("scripts/build-sidecar-image.sh"))
-        .args(["--binary", BINARY, "--target", "armv7-unknown-linux-gnueabihf", "--out"])
+        .args([
+            "--binary",
+            BINARY,
+            "--target",
+            "armv7-unknown-linux-gnueabihf",
+            "--out",
+        ])
         .arg(tmp.path().join("armv7.tar")));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("x86_64 and aarch64 Linux"));
@@ -435,15 +514,24 @@ fn an_index_holds_each_platform_once() {
     };
     let both = tmp.path().join("both.tar");
     let out = combine(&[&arm64, &amd64], &both);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let layout = unpack(&both, "-xf");
     let top = json(&layout.path().join("index.json"));
-    let index: Value = serde_json::from_slice(&blob(layout.path(), &top["manifests"][0])).expect("index");
+    let index: Value =
+        serde_json::from_slice(&blob(layout.path(), &top["manifests"][0])).expect("index");
     let archs: Vec<&str> = index["manifests"]
         .as_array()
         .expect("manifests")
         .iter()
-        .map(|m| m["platform"]["architecture"].as_str().expect("architecture"))
+        .map(|m| {
+            m["platform"]["architecture"]
+                .as_str()
+                .expect("architecture")
+        })
         .collect();
     assert_eq!(archs, ["amd64", "arm64"]);
     let out = combine(&[&amd64, &amd64], &tmp.path().join("twice.tar"));

@@ -59,8 +59,9 @@ pub fn resolve(repository: Option<&str>, version: &str, digest: Option<&str>) ->
 pub fn describe() -> String {
     match release_image() {
         Some(image) => format!("sidecar image: {image} (the default of inject --image)"),
-        None => "sidecar image: none (a development build: inject and webhook need --image)"
-            .to_owned(),
+        None => {
+            "sidecar image: none (a development build: inject and webhook need --image)".to_owned()
+        }
     }
 }
 
