@@ -45,8 +45,8 @@
 #   --binary FILE      take FILE as every binary instead of building (tests; then nothing
 #                      checks the binaries' default image)
 #
-# Environment: HELM (else scripts/build-helm.sh), SOURCE_DATE_EPOCH (else the commit's time),
-# GH_TOKEN (publish).
+# Environment: HELM (else scripts/build-helm.sh), SOURCE_DATE_EPOCH (the image's and the
+# SBOM's time; else the commit's), GH_TOKEN (publish).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -77,10 +77,11 @@ mkdir -p "$dist" "$work"
 [[ "$repo" =~ ^[a-z0-9._-]+(:[0-9]+)?(/[a-z0-9._-]+)+$ ]] \
   || die "--image-repo $repo: a repository in lower case, without tag or digest (e.g. ghcr.io/OWNER/passmower-elector)"
 [[ "$chart_repo" == oci://* ]] || die "--chart-repo $chart_repo: an oci:// reference"
-if [[ -z "${SOURCE_DATE_EPOCH:-}" ]]; then
-  SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
-fi
-export SOURCE_DATE_EPOCH
+# The time written into the image and the SBOM: the commit's, so a rebuild writes the same
+# bytes. Given to those writers only: ring's and psm's build scripts rerun when cargo sees
+# SOURCE_DATE_EPOCH change, and with them most of the dependency tree.
+epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
+unset SOURCE_DATE_EPOCH
 
 host_arch() {
   case "$(uname -m)" in
@@ -153,7 +154,7 @@ step_image_binary() {
   mkdir -p "$work/$arch"
   cargo_build "$arch" "$work/$arch/passmower-elector"
   check_default "$work/$arch/passmower-elector" "$arch" "$repo:$version"
-  scripts/build-sidecar-image.sh --binary "$work/$arch/passmower-elector" --target "$triple" \
+  SOURCE_DATE_EPOCH="$epoch" scripts/build-sidecar-image.sh --binary "$work/$arch/passmower-elector" --target "$triple" \
     --image "$repo:$version" --out "$work/$arch/image.oci.tar" --digest-file "$work/$arch/manifest-digest" >/dev/null
 }
 
@@ -165,7 +166,7 @@ step_index() {
   done
   ((${#from[@]})) || die "index: no platform image in $work (run image-binary ARCH first)"
   rm -f "$dist"/passmower-elector-image-*.oci.tar
-  python3 scripts/oci-image.py --out "$dist/passmower-elector-image-$version.oci.tar" --ref "$repo:$version" \
+  SOURCE_DATE_EPOCH="$epoch" python3 scripts/oci-image.py --out "$dist/passmower-elector-image-$version.oci.tar" --ref "$repo:$version" \
     "${from[@]}" --digest-file "$work/image-digest"
 }
 
@@ -222,7 +223,7 @@ step_sbom() {
   local p
   for p in $(platforms | tr , ' '); do targets+=(--target "$(triple_of "$p")"); done
   ((${#targets[@]})) || die "sbom: no platform built"
-  python3 scripts/release/sbom.py --out "$dist/passmower-elector-$version.spdx.json" "${targets[@]}"
+  SOURCE_DATE_EPOCH="$epoch" python3 scripts/release/sbom.py --out "$dist/passmower-elector-$version.spdx.json" "${targets[@]}"
 }
 
 step_checksums() {
