@@ -27,7 +27,7 @@
 #                      work/chart-digests
 #   sign               (forge) cosign, keyless (the workflow's OIDC identity): the image index
 #                      and its platform manifests, the SBOM as its attestation, the charts,
-#                      SHA256SUMS (dist/SHA256SUMS.sigstore.json)
+#                      SHA256SUMS (dist/SHA256SUMS.sigstore.json); logs in as push does
 #   publish            (forge) a GitHub release of TAG with dist/* and its CHANGELOG section
 #
 # ARCH is amd64 or arm64. A binary for an ARCH other than this machine's is cross-compiled:
@@ -268,18 +268,28 @@ check_tag() {
     || die "CHANGELOG.md has no section '## $version' (rename '## Unreleased' before tagging)"
 }
 
+# registry_login TOOL...: each tool keeps its own credentials (skopeo: containers' auth.json,
+# helm: its registry config, cosign: Docker's config.json).
 registry_login() {
   [[ -n "${REGISTRY_PASSWORD:-}" ]] || { log "REGISTRY_PASSWORD unset: using existing logins"; return; }
-  local host="${repo%%/*}"
-  skopeo login --username "${REGISTRY_USER:?REGISTRY_USER}" --password-stdin "$host" <<<"$REGISTRY_PASSWORD" >&2
-  local chart_host="${chart_repo#oci://}"
-  "$(helm_bin)" registry login "${chart_host%%/*}" --username "$REGISTRY_USER" --password-stdin <<<"$REGISTRY_PASSWORD" >&2
+  local host="${repo%%/*}" chart_host="${chart_repo#oci://}" tool
+  chart_host="${chart_host%%/*}"
+  for tool in "$@"; do
+    case "$tool" in
+      skopeo) skopeo login --username "${REGISTRY_USER:?REGISTRY_USER}" --password-stdin "$host" <<<"$REGISTRY_PASSWORD" >&2 ;;
+      helm) "$(helm_bin)" registry login "$chart_host" --username "$REGISTRY_USER" --password-stdin <<<"$REGISTRY_PASSWORD" >&2 ;;
+      cosign)
+        cosign login "$host" --username "$REGISTRY_USER" --password-stdin <<<"$REGISTRY_PASSWORD" >&2
+        [[ "$chart_host" == "$host" ]] \
+          || cosign login "$chart_host" --username "$REGISTRY_USER" --password-stdin <<<"$REGISTRY_PASSWORD" >&2 ;;
+    esac
+  done
 }
 
 step_push() {
   local digest got name out chart_digest
   digest="$(image_digest)"
-  registry_login
+  registry_login skopeo helm
   skopeo copy --all --preserve-digests \
     "oci-archive:$dist/passmower-elector-image-$version.oci.tar" "docker://$repo:$version" >&2
   got="sha256:$(skopeo inspect --raw "docker://$repo:$version" | sha256sum | cut -d' ' -f1)"
@@ -299,6 +309,7 @@ step_sign() {
   local digest ref
   digest="$(image_digest)"
   [[ -s "$work/chart-digests" ]] || die "sign: no chart digests (run push first)"
+  registry_login cosign
   cosign sign --yes --recursive "$repo@$digest"
   cosign attest --yes --type spdxjson --predicate "$dist/passmower-elector-$version.spdx.json" "$repo@$digest"
   while read -r ref; do cosign sign --yes "$ref"; done <"$work/chart-digests"
