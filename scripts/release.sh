@@ -21,7 +21,8 @@
 #                      agree; prints the listing
 #   rehearse-push      copies the index with the push's own command into a local OCI layout and
 #                      checks the digest survives (needs skopeo; a registry-free rehearsal)
-#   dry-run            all of the above for this machine's architecture (nothing leaves it)
+#   dry-run            all of the above for this machine's architecture, or --platforms
+#                      (nothing leaves the machine)
 #   push               (forge) the image index to REPO:VERSION and the charts to CHART_REPO,
 #                      logged in with REGISTRY_USER / REGISTRY_PASSWORD; chart digests to
 #                      work/chart-digests
@@ -42,6 +43,8 @@
 #   --chart-repo OCI   where push puts the charts (default $PME_RELEASE_CHARTS, else
 #                      oci://ghcr.io/passmower/charts)
 #   --tag TAG          the release tag: must be v<crate version>, with a CHANGELOG section
+#   --platforms LIST   dry-run: the architectures to build (default: this machine's), e.g.
+#                      amd64,arm64 where the other one's Rust target and cross gcc are there
 #   --binary FILE      take FILE as every binary instead of building (tests; then nothing
 #                      checks the binaries' default image)
 #
@@ -56,7 +59,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d;s/^# \{0,1\}//' >&2; exit 2; }
 
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 dir="" repo="${PME_RELEASE_IMAGE:-ghcr.io/passmower/passmower-elector}"
-chart_repo="${PME_RELEASE_CHARTS:-oci://ghcr.io/passmower/charts}" tag="" prebuilt=""
+chart_repo="${PME_RELEASE_CHARTS:-oci://ghcr.io/passmower/charts}" tag="" prebuilt="" dry_platforms=""
 steps=()
 while (($#)); do
   case "$1" in
@@ -65,6 +68,7 @@ while (($#)); do
     --chart-repo) chart_repo="${2:?--chart-repo needs oci://HOST/PATH}"; shift 2 ;;
     --tag) tag="${2:?--tag needs a tag}"; shift 2 ;;
     --binary) prebuilt="$(realpath "${2:?--binary needs a file}")"; shift 2 ;;
+    --platforms) dry_platforms="${2:?--platforms needs amd64, arm64 or both}"; shift 2 ;;
     -h|--help) usage ;;
     -*) log "unknown option: $1"; usage ;;
     *) steps+=("$1"); shift ;;
@@ -330,19 +334,20 @@ step_publish() {
 }
 
 step_dry_run() {
-  local arch
-  arch="$(host_arch)"
+  local arch archs
+  archs="${dry_platforms:-$(host_arch)}"
+  for arch in ${archs//,/ }; do triple_of "$arch" >/dev/null; done
   rm -rf "$dist" "$work"
   mkdir -p "$dist" "$work"
-  step_image_binary "$arch"
+  for arch in ${archs//,/ }; do step_image_binary "$arch"; done
   step_index
-  step_binary "$arch"
+  for arch in ${archs//,/ }; do step_binary "$arch"; done
   step_charts
   step_sbom
   step_checksums
   step_verify
   if command -v skopeo >/dev/null; then step_rehearse_push; else log "skopeo missing: push not rehearsed"; fi
-  log "dry run of $version for linux/$arch in $dir: nothing pushed, nothing signed"
+  log "dry run of $version for linux/${archs//,/, linux/} in $dir: nothing pushed, nothing signed"
 }
 
 check_tag
