@@ -114,12 +114,13 @@ cargo_build() {
   fi
   local -a cross=()
   if [[ "$arch" != "$(host_arch)" ]]; then
-    local gcc="${triple%%-unknown-*}-linux-gnu-gcc" upper
+    local cpu="${triple%%-unknown-*}" gcc upper
+    gcc="$cpu-linux-gnu-gcc"
     upper="$(echo "$triple" | tr 'a-z-' 'A-Z_')"
     [[ -d "$(rustc --print sysroot)/lib/rustlib/$triple/lib" ]] \
       || die "$arch: the Rust standard library for $triple is not installed: rustup target add $triple"
     command -v "$gcc" >/dev/null \
-      || die "$arch: $gcc is missing (Debian: gcc-${triple%%-unknown-*}-linux-gnu and libc6-dev-${arch}-cross)"
+      || die "$arch: $gcc is missing (Debian: gcc-${cpu//_/-}-linux-gnu and libc6-dev-${arch}-cross)"
     cross=("CARGO_TARGET_${upper}_LINKER=$gcc" "CC_${triple//-/_}=$gcc")
     log "$arch: cross-compiling with $gcc"
   fi
