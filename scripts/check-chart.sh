@@ -50,7 +50,15 @@ refuse() {
   fi
 }
 refuse "a missing image" "image.repository is required"
-refuse "the unpublished placeholder image" "placeholder" --set image.repository=ghcr.io/passmower/passmower-elector
+refuse "the released repository's latest" "version tags only" --set image.repository=ghcr.io/passmower/passmower-elector,image.tag=latest
+refuse "an image.digest that is no sha256 digest" "image.digest" "${image[@]}" --set image.digest=sha256:00
+# A digest pins the image: REPOSITORY:TAG@DIGEST (a released chart sets all three).
+digest=sha256:$(printf '%064d' 0)
+if ! "$helm" template passmower-elector charts/passmower-elector-webhook -n auth "${image[@]}" --set image.digest="$digest" \
+  | grep -q "image: registry.example.com/passmower-elector:[^@]*@$digest"; then
+  echo "check-chart: image.digest is not in the webhook Deployment's image" >&2
+  exit 1
+fi
 refuse "an invalid idleNamespace" "idleNamespace" "${image[@]}" --set idleNamespace='a*'
 refuse "an idleNamespace a namespace could have, unguarded" "denyIdleNamespace=true" "${image[@]}" --set idleNamespace=pm-idle
 # kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::{copy_self, elect, inject, logging, status, supervise, webhook};
 
@@ -49,7 +49,12 @@ pub enum Role {
 pub fn run() -> ExitCode {
     // As the kubectl plugin, `status` is what `kubectl passmower-elector` means.
     let args = status::plugin_args(std::env::args_os().collect());
-    let cli = match Cli::try_parse_from(&args) {
+    // `--version` also names the sidecar image this build defaults to (a release's own).
+    let parsed = Cli::command()
+        .long_version(long_version())
+        .try_get_matches_from(&args)
+        .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         // Helm 4 hides a post-renderer's stderr: `inject --on-error=manifest` reports even a
         // mistyped flag where Helm shows it.
@@ -69,4 +74,11 @@ pub fn run() -> ExitCode {
         Role::CopySelf(args) => copy_self::main(args),
         Role::Status(args) => status::main(args),
     }
+}
+
+/// The text of `--version`: the version, then the default sidecar image. Made once per process;
+/// clap keeps it for the process's life.
+fn long_version() -> &'static str {
+    let text = format!("{}\n{}", inject::VERSION, inject::published::describe());
+    Box::leak(text.into_boxed_str())
 }
