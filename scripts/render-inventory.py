@@ -13,11 +13,17 @@ import sys
 
 runs, upstream, out = sys.argv[1:4]
 
-GENERATIONS = [
-    ("1.3", "passmower", "release 1.3.0"),
-    ("2.2", "passmower-before-election", "2.2/2.3 era (no election of its own)"),
-    ("2.4", "passmower-with-election", "2.4.0 (elects itself, Lease `passmower-operators`)"),
-]
+# Each generation's tree comes from scripts/lib/generations.sh, through write-inventory.sh
+# (INV_TREES: "1.3=passmower 2.2=..."); what it is, from here.
+TREES = dict(pair.split("=", 1) for pair in os.environ.get("INV_TREES", "").split())
+WHAT = {
+    "1.3": "release 1.3.0",
+    "2.2": "2.2/2.3 era (no election of its own)",
+    "2.4": "2.4.0 (elects itself, Lease `passmower-operators`)",
+}
+if not TREES:
+    sys.exit("render-inventory.py: INV_TREES is not set (run scripts/write-inventory.sh)")
+GENERATIONS = [(gen, TREES[gen], WHAT.get(gen, gen)) for gen in TREES]
 
 
 def identity(folder):

@@ -14,7 +14,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart,partition,renew-hang}"
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
+# The generation whose own election is compared: 2.4 (its tree: generation_upstream).
+generation=2.4
+generation_tree "$generation" >/dev/null
+faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart,partition,renew-hang,clock-skew}"
 read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream fence-only ours}"
 target="${CARGO_TARGET_DIR:-target}"
 results="${PME_SIDE_BY_SIDE_RESULTS:-docs/results/side-by-side.md}"
@@ -29,7 +34,7 @@ for mode in "${modes[@]}"; do
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
   [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]] && continue
-  PME_PASSMOWER_GENERATIONS=2.4 PME_ELECTION_MODE="$mode" PME_REAL_PODS_ROUNDS=1 \
+  PME_PASSMOWER_GENERATIONS="$generation" PME_ELECTION_MODE="$mode" PME_REAL_PODS_ROUNDS=1 \
     PME_REAL_PODS_FAULTS="$faults" PME_REAL_PODS_REPORT="$report" \
     scripts/real-pods.sh --test real_pods -- --exact faults_keep_one_writer_and_reconcile || status=$?
 done
