@@ -28,8 +28,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 
 use support_node::audit::{self, now_us};
 use support_node::config::{NODE_IP, REDIS_PORT};
+use support_node::email_login::{self, Login};
 use support_node::passmower::{self, Generation, Install, Retrofit};
 use support_node::single_writer::assert_single_writer;
+use support_node::smtp::SmtpSink;
 use support_node::{pods, report, Node};
 
 /// Flush interval given to every instance: short enough that a minute sees a dozen flushes.
@@ -95,16 +97,14 @@ async fn follower_write_inventory() {
     let monitor_log = node.layout.path("redis-monitor.log");
     let mut monitor = redis_monitor(node, &monitor_log);
 
+    // E-mail login on, its mail to a sink beside the node: a follower completes a sign-in.
+    let sink = std::sync::Arc::new(SmtpSink::start(node).expect("start the SMTP sink"));
+    let login_env = email_login::env(&sink);
+    let mut env = vec![("ACTIVITY_FLUSH_INTERVAL_SECONDS", FLUSH_SECONDS)];
+    env.extend(login_env.iter().map(|(k, v)| (*k, v.as_str())));
+
     let ns = node.new_namespace("passmower").await;
-    let install = Install::install_with_env(
-        node,
-        &ns,
-        3,
-        1,
-        Retrofit::PostRenderer,
-        &[("ACTIVITY_FLUSH_INTERVAL_SECONDS", FLUSH_SECONDS)],
-    )
-    .await;
+    let install = Install::install_with_env(node, &ns, 3, 1, Retrofit::PostRenderer, &env).await;
     report(&format!(
         "write inventory ({}): 3 Ready replicas and a leader",
         generation.name()
@@ -156,7 +156,7 @@ async fn follower_write_inventory() {
 
     // The HTTP side, on every pod: discovery, the authorization request (a login starts:
     // an interaction is stored), the login page it redirects to.
-    let client_id = client_id(&client, &ns, "inventory").await;
+    let client_id = client_key(&client, &ns, "inventory", "OIDC_CLIENT_ID").await;
     let auth = format!(
         "/auth?client_id={client_id}&response_type=code&scope=openid&\
          redirect_uri=https%3A%2F%2Fapp.example.com%2Fcallback&state=s&nonce=n&\
@@ -189,6 +189,25 @@ async fn follower_write_inventory() {
             }
         }
     }
+
+    // A whole sign-in (e-mail link, tokens, userinfo) on a follower, the write fence in place.
+    let login = Login {
+        client_id: client_id.clone(),
+        client_secret: client_key(&client, &ns, "inventory", "OIDC_CLIENT_SECRET").await,
+        redirect_uri: "https://app.example.com/callback".into(),
+        email: "inventory-user@example.com".into(),
+    };
+    let sign_in = email_login::on_a_follower(node, &install, sink.clone(), login).await;
+    report(&format!(
+        "sign-in on follower {} ({}): signed in {}, steps {:?}, stopped {:?}; its apiserver writes meanwhile {:?}, refused {:?}",
+        sign_in.pod,
+        generation.name(),
+        sign_in.outcome.signed_in(),
+        sign_in.outcome.steps,
+        sign_in.outcome.stopped,
+        sign_in.apiserver_writes,
+        sign_in.refused
+    ));
 
     // Quiet: a dozen activity flushes, the periodic sweeps.
     tokio::time::sleep(QUIET).await;
@@ -237,6 +256,8 @@ async fn follower_write_inventory() {
         out_path(generation).with_extension("redis.log"),
         &monitor_text,
     );
+    // The follower's Redis writes while it served the sign-in.
+    let mut sign_in_redis: BTreeMap<String, usize> = BTreeMap::new();
     for line in monitor_text.lines() {
         let Some((t_us, ip, cmd, key)) = parse_monitor(line) else {
             continue;
@@ -249,6 +270,13 @@ async fn follower_write_inventory() {
         } else {
             "follower"
         };
+        let in_sign_in =
+            ip == sign_in.pod_ip && (sign_in.from_us..=sign_in.to_us + 2_000_000).contains(&t_us);
+        if in_sign_in {
+            *sign_in_redis
+                .entry(format!("{cmd} {}", key_pattern(&key, &ns)))
+                .or_insert(0) += 1;
+        }
         bump(role, "redis", cmd, key_pattern(&key, &ns));
     }
 
@@ -269,7 +297,7 @@ async fn follower_write_inventory() {
         "generation": generation.name(),
         "folder": generation.folder(),
         "required_env": generation.required_env().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-        "extra_env": [format!("ACTIVITY_FLUSH_INTERVAL_SECONDS={FLUSH_SECONDS}")],
+        "extra_env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         "observed_seconds": (ended - started) as f64 / 1e6,
         "quiet_seconds": QUIET.as_secs(),
         "tenures": tenures.len(),
@@ -277,6 +305,8 @@ async fn follower_write_inventory() {
         "http": http,
         "writes": rows,
         "follower_operator_writes_apiserver": follower_operator_writes,
+        "sign_in": sign_in,
+        "sign_in_redis_writes": sign_in_redis,
     });
     let out = out_path(generation);
     std::fs::write(
@@ -288,6 +318,12 @@ async fn follower_write_inventory() {
     assert!(
         follower_operator_writes.is_empty(),
         "followers wrote operator objects to the apiserver: {follower_operator_writes:?}"
+    );
+    // The fence never refuses a request-driven write: a sign-in on a follower goes through.
+    assert!(
+        sign_in.refused.is_empty(),
+        "the apiserver refused the follower's writes during its sign-in: {:?}",
+        sign_in.refused
     );
 }
 
@@ -393,18 +429,19 @@ async fn create_user(client: &kube::Client, ns: &str, name: &str) {
         .unwrap_or_else(|e| panic!("create OIDCUser {name}: {e}"));
 }
 
-/// The client id Passmower wrote into the client's Secret.
-async fn client_id(client: &kube::Client, ns: &str, name: &str) -> String {
+/// `key` (`OIDC_CLIENT_ID`, `OIDC_CLIENT_SECRET`) of the Secret Passmower wrote for client
+/// `name`.
+async fn client_key(client: &kube::Client, ns: &str, name: &str, key: &str) -> String {
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get(&passmower::secret_name(name))
         .await
         .unwrap_or_else(|e| panic!("read the client Secret: {e}"));
     let data = secret.data.unwrap_or_default();
-    let id = data
-        .get("OIDC_CLIENT_ID")
+    let value = data
+        .get(key)
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_else(|| panic!("no OIDC_CLIENT_ID in the client Secret: {:?}", data.keys()));
-    id
+        .unwrap_or_else(|| panic!("no {key} in the client Secret: {:?}", data.keys()));
+    value
 }
 
 async fn wait<F, Fut>(timeout: Duration, what: &str, mut cond: F)
