@@ -32,8 +32,12 @@ mkdir -p "$runs"
 runs="$(cd "$runs" && pwd)"
 
 export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(scripts/build-test-cluster.sh | tail -n 1)}"
-cargo build --release --locked --bin passmower-elector
-binary="$(cd "$target" && pwd)/release/passmower-elector"
+# PME_BENCH_ELECTOR: a passmower-elector binary to use instead of this tree's release build.
+binary="${PME_BENCH_ELECTOR:-}"
+if [[ -z "$binary" ]]; then
+  cargo build --release --locked --bin passmower-elector
+  binary="$(cd "$target" && pwd)/release/passmower-elector"
+fi
 
 status=0
 for gen in "${generations[@]}"; do

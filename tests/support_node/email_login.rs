@@ -81,7 +81,7 @@ fn run(
         true,
     );
     let auth = format!(
-        "/auth?client_id={}&response_type=code&scope=openid%20profile%20email&redirect_uri={}\
+        "/auth?client_id={}&response_type=code&scope=openid%20profile&redirect_uri={}\
          &state=pme-state&nonce=pme-nonce&code_challenge={challenge}&code_challenge_method=S256",
         enc(&login.client_id),
         enc(&login.redirect_uri)
@@ -186,13 +186,25 @@ fn run(
         enc(&code),
         enc(&login.redirect_uri)
     );
-    let r = Browser::new(node, addr).request(
+    let mut r = Browser::new(node, addr).request(
         "POST",
         "/token",
         Some(&form),
         Some(&format!("Basic {basic}")),
     )?;
-    out.steps.push(format!("POST /token → {}", r.status));
+    out.steps
+        .push(format!("POST /token (client_secret_basic) → {}", r.status));
+    if r.status == 401 {
+        // A client registered for client_secret_post takes its credentials in the form.
+        let form = format!(
+            "{form}&client_id={}&client_secret={}",
+            enc(&login.client_id),
+            enc(&login.client_secret)
+        );
+        r = Browser::new(node, addr).request("POST", "/token", Some(&form), None)?;
+        out.steps
+            .push(format!("POST /token (client_secret_post) → {}", r.status));
+    }
     out.token_status = Some(r.status);
     let tokens: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
     out.tokens = ["access_token", "id_token", "refresh_token"]
@@ -226,11 +238,12 @@ struct Response {
     body: String,
 }
 
-/// A cookie jar and one pod's address.
+/// A cookie jar (by name and path, as oidc-provider scopes its interaction cookies to the
+/// interaction's path) and one pod's address.
 struct Browser<'a> {
     node: &'a Node,
     addr: String,
-    jar: BTreeMap<String, String>,
+    jar: BTreeMap<(String, String), String>,
 }
 
 impl<'a> Browser<'a> {
@@ -266,8 +279,18 @@ impl<'a> Browser<'a> {
              Accept: text/html,application/json\r\nUser-Agent: passmower-elector-tests\r\n\
              Connection: close\r\n"
         );
-        if !self.jar.is_empty() {
-            let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let bare = path.split('?').next().unwrap_or(path);
+        let cookies: Vec<String> = self
+            .jar
+            .iter()
+            .filter(|((_, p), _)| {
+                bare.strip_prefix(p.as_str()).is_some_and(|rest| {
+                    rest.is_empty() || p.ends_with('/') || rest.starts_with('/')
+                })
+            })
+            .map(|((k, _), v)| format!("{k}={v}"))
+            .collect();
+        if !cookies.is_empty() {
             head.push_str(&format!("Cookie: {}\r\n", cookies.join("; ")));
         }
         if let Some(a) = authorization {
@@ -326,14 +349,20 @@ impl<'a> Browser<'a> {
         let Some((name, value)) = parts.next().and_then(|p| p.trim().split_once('=')) else {
             return;
         };
-        let expired = parts.any(|a| {
-            let a = a.trim().to_ascii_lowercase();
-            a == "max-age=0" || a.starts_with("expires=thu, 01 jan 1970")
-        });
+        let (mut path, mut expired) = ("/".to_owned(), false);
+        for a in parts {
+            let a = a.trim();
+            let lower = a.to_ascii_lowercase();
+            if lower.starts_with("path=") {
+                a[5..].clone_into(&mut path);
+            }
+            expired |= lower == "max-age=0" || lower.starts_with("expires=thu, 01 jan 1970");
+        }
+        let key = (name.to_owned(), path);
         if expired || value.is_empty() {
-            self.jar.remove(name);
+            self.jar.remove(&key);
         } else {
-            self.jar.insert(name.to_owned(), value.to_owned());
+            self.jar.insert(key, value.to_owned());
         }
     }
 }
