@@ -101,7 +101,14 @@ SOURCE_NOTES = {
            "`oidcusers/status` and `oidcclients/status` for sign-ins it served: "
            "`ACTIVITY_TRACKING_ENABLED=false` stops it, and those sign-ins then never reach "
            "the status (the flush merges by newest timestamp, so keeping it per pod is the "
-           "alternative). This tree's user-event-hook operator keeps its state in memory and "
+           "alternative). In the leader's pod the leader instance serves no request, so it "
+           "would record nothing, and its flush cannot overwrite what the serving instances "
+           "recorded: it reads, modifies and writes (`mutateNamespacedCustomObjectStatus`), "
+           "keeps the newer `lastUsedAt` and merges `recentApplications` by newest timestamp, "
+           "and with nothing recorded only recomputes the client's Active condition from the "
+           "`lastUsedAt` already there. Nothing in this tree calls `record()` (the login services "
+           "and `interactionFinished` paths do not), so a completed sign-in changes nothing "
+           "there either (the run above shows it). This tree's user-event-hook operator keeps its state in memory and "
            "watches through the selector (no seeding); the SCIM operator and the user "
            "operator's email-uniqueness pass run only on events of their filtered watches; "
            "`ClientRedisReconciler` runs on every instance (at boot and every 5 min, "
@@ -112,6 +119,42 @@ SOURCE_NOTES = {
            "seeding above; the activity tracker starts in every instance whatever the "
            "election.",
 }
+
+
+# Why a tree's e-mail sign-in cannot complete, from its source, by generation (none known).
+SIGN_IN_LIMITS = {}
+
+
+def sign_in_section(gen, data):
+    """The sign-in on a follower: steps, result, and what the pod wrote meanwhile."""
+    s = data.get("sign_in")
+    if not s:
+        return ["### A sign-in on a follower", "", "Not run.", ""]
+    o = s["outcome"]
+    done = o.get("token_status") == 200 and o.get("userinfo_status") == 200
+    out = ["### A sign-in on a follower", "",
+           f"On `{s['pod']}` (not the Lease holder before or after): "
+           + ("**signed in**: a code, then tokens (" + ", ".join(o.get("tokens", [])) + ") and "
+              "userinfo (claims " + ", ".join(f"`{c}`" for c in o.get("userinfo_claims", []))
+              + ")." if done else f"**did not complete**: {o.get('stopped')}."), "",
+           "Steps: " + "; ".join(f"`{st}`" for st in o.get("steps", [])) + ".", ""]
+    if gen in SIGN_IN_LIMITS:
+        out += [SIGN_IN_LIMITS[gen], ""]
+    writes = s.get("apiserver_writes", [])
+    out.append("The pod's apiserver writes meanwhile (besides its elector's Lease): "
+               + (", ".join(f"`{w}`" for w in writes) if writes else "none")
+               + "; refused: " + (", ".join(f"`{w}`" for w in s.get("refused", [])) or "**none**")
+               + ".")
+    redis = data.get("sign_in_redis_writes", {})
+    out += ["", "Its Redis writes meanwhile: "
+            + (", ".join(f"`{k}` ×{n}" for k, n in redis.items()) if redis else "none") + ".", ""]
+    act = data.get("activity_after_sign_in")
+    if act is not None:
+        out += [f"A minute of 5 s activity flushes after it: the OIDCClient's `status.lastUsedAt` "
+                f"is {json.dumps(act.get('client_last_used_at')) if act.get('client_last_used_at') else 'unset'}, "
+                f"the OIDCUser's `status.recentApplications` "
+                f"{json.dumps(act.get('user_recent_applications')) if act.get('user_recent_applications') else 'empty'}.", ""]
+    return out
 
 
 def classify(row):
@@ -142,11 +185,14 @@ inv = ["# Follower write inventory, per Passmower generation", "", header,
        "`ACTIVITY_FLUSH_INTERVAL_SECONDS=5`, an OIDCClient and an OIDCUser in the namespace, a "
        "rollout restart so every pod boots with them present, then on every pod three rounds of "
        "discovery, the authorization request (a login starts) and the login page it redirects "
-       "to, and a minute of quiet. A write is a follower's when its pod (by source address in "
-       "the audit log, by client address in Redis `MONITOR`) did not hold the Lease at that "
-       "instant. No sign-in is completed: the trees' logins need e-mail, GitHub or another "
-       "upstream identity provider, none of which is here, and the reconstructed newer trees "
-       "record no sign-in activity anyway (../shared/upstream/README.md).", "",
+       "to, then a whole sign-in on a follower, and a minute of quiet. The sign-in is the e-mail "
+       "(magic link) login: e-mail login and outbound mail on (`EMAIL_*` below), the mail "
+       "caught by an SMTP sink the test runs on the node's bridge address "
+       "(tests/support_node/smtp.rs), its link opened in the same browser, the prompts that "
+       "follow answered, the code exchanged at `/token` and `/me` asked "
+       "(tests/support_node/email_login.rs), with the write fence `inject` installs in place. "
+       "A write is a follower's when its pod (by source address in the audit log, by client "
+       "address in Redis `MONITOR`) did not hold the Lease at that instant.", "",
        "Classes: **operator work** must come only from the leader; **request-driven** any pod "
        "may make while serving; **boot** is a record every replica writes when it starts; **elector** is "
        "ours, not Passmower's.", ""]
@@ -191,6 +237,7 @@ for gen, folder, what in GENERATIONS:
     inv += ["### The leader's pod, for contrast", "",
             ", ".join(f"{r['source']} {r['op']} `{r['target']}` ×{r['count']}" for r in leader)
             or "none", ""]
+    inv += sign_in_section(gen, data)
     inv += [f"From the source, not seen in the run: {SOURCE_NOTES[gen]}", ""]
     inv += ["Operator-work writes by followers: "
             + ("**" + "; ".join(op_work) + "**" if op_work else "**none**") + ".", ""]
@@ -199,9 +246,13 @@ for gen, folder, what in GENERATIONS:
                      if not e.startswith(("POD_NAME", "LEADER_ELECTION_ENABLED"))) or "nothing"
     if gen == "2.4":
         mode += "; 2.4's own election off (inject sets `LEADER_ELECTION_ENABLED=false`)"
+    signed = data.get("sign_in", {}).get("outcome", {})
     shown = ("installed, 3 Ready, client reconciled by the leader only, "
              + (f"{len(op_work)} kind(s) of operator-work write from followers" if op_work
-                else "no operator-work write from followers"))
+                else "no operator-work write from followers")
+             + ("; a sign-in on a follower completed (tokens, userinfo), no write refused"
+                if signed.get("token_status") == 200 and signed.get("userinfo_status") == 200
+                else f"; a sign-in on a follower did not complete ({signed.get('stopped', 'not run')})"))
     compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {shown} |")
 
 compat += ["", "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "

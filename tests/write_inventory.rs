@@ -211,6 +211,31 @@ async fn follower_write_inventory() {
 
     // Quiet: a dozen activity flushes, the periodic sweeps.
     tokio::time::sleep(QUIET).await;
+    // What the activity projection made of the sign-in a dozen flushes later (2.2 and 2.4
+    // have one; 1.3 has none): the client's lastUsedAt, the user's recentApplications.
+    let status_of = |plural: &'static str, kind: &'static str, name: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("codemowers.cloud", "v1beta1", kind),
+                plural,
+            );
+            Api::<DynamicObject>::namespaced_with(client, &ns, &ar)
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| o.data.get("status").cloned())
+                .unwrap_or_default()
+        }
+    };
+    let activity = serde_json::json!({
+        "client_last_used_at": status_of("oidcclients", "OIDCClient", "inventory").await
+            .get("lastUsedAt").cloned().unwrap_or_default(),
+        "user_recent_applications": status_of("oidcusers", "OIDCUser", "inventory-user").await
+            .get("recentApplications").cloned().unwrap_or_default(),
+    });
     let ended = now_us();
     let tenures = assert_single_writer(node, &install);
     let _ = monitor.kill();
@@ -307,6 +332,7 @@ async fn follower_write_inventory() {
         "follower_operator_writes_apiserver": follower_operator_writes,
         "sign_in": sign_in,
         "sign_in_redis_writes": sign_in_redis,
+        "activity_after_sign_in": activity,
     });
     let out = out_path(generation);
     std::fs::write(
