@@ -57,7 +57,7 @@ done
 export GEN_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
 export GEN_MACHINE="$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr), Node.js $(node --version)"
 export GEN_REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-export GEN_COMMAND="PME_PASSMOWER_GENERATIONS=\"${generations[*]}\" PME_BENCH_GENERATION_HANDOVERS=$handovers scripts/bench-generations.sh"
+export GEN_COMMAND="PME_PASSMOWER_GENERATIONS=\"${generations[*]}\" PME_BENCH_GENERATION_HANDOVERS=$handovers${PME_BENCH_ELECTOR:+ PME_BENCH_ELECTOR=$PME_BENCH_ELECTOR} scripts/bench-generations.sh"
 export GEN_STATUS="$status"
 mkdir -p "$(dirname "$results")"
 python3 - "$runs" "${generations[@]}" >"$results" <<'PY'
