@@ -683,10 +683,16 @@ class Bench:
                     return int(line.split()[1]) / 1024
             return 0.0
 
-        c0 = {k: cpu(p) for k, p in pids.items() if p}
+        c0 = {k: cpu(p) for k, p in pids.items() if p and os.path.exists(f"/proc/{p}")}
         time.sleep(20)
-        return {k: {"rss_mib": round(rss(p), 1), "cpu_pct_idle": round((cpu(p) - c0[k]) / 20 * 100, 2)}
-                for k, p in pids.items() if p}
+        out = {}
+        for k, p in pids.items():
+            try:
+                out[k] = {"rss_mib": round(rss(p), 1), "cpu_pct_idle": round((cpu(p) - c0[k]) / 20 * 100, 2)}
+            except (KeyError, OSError):
+                # The process was replaced meanwhile (a handover): no figure rather than a wrong one.
+                out[k] = None
+        return out
 
     def safety(self):
         """Never two pods with a leader app; no app write outside its pod's leader time."""
