@@ -612,13 +612,19 @@ class Bench:
         leader_app = next((t - t0 for t, pod, leading, _ in sorted(list(self.samples), key=lambda x: x[0])
                            if t >= t0 and leading and pod != leader.name), None)
         new = self.leader_pod()
+        # How the old leader app ended: its supervisor's last "child stopped ... exit=..." line
+        # (SIGTERM honoured, or SIGKILL once the kill grace ran out).
+        ended = None
+        for line in open(os.path.join(leader.dir, "app.log"), errors="replace"):
+            if "child stopped" in line and "exit=" in line:
+                ended = line.split("exit=", 1)[1].strip()
         leader.start_elector()
         time.sleep(12)  # the restarted pods' boot and readiness settle inside the window
         sets, sadds, _ = self.redis.self_client_writes(mon0)
         lost = {p.name: (len(p.failures) - before[p.name][0], p.requests - before[p.name][1])
                 for p in self.pods}
         return {"from": leader.name, "to": new.name if new else None, "gap_s": gap,
-                "leader_app_s": leader_app,
+                "leader_app_s": leader_app, "old_leader_app_ended": ended,
                 "failed": lost, "self_client_sets": sets, "self_client_sadds": sadds}
 
     def rollout(self):
