@@ -16,6 +16,7 @@
 #   scripts/bench-generations.sh                          # root
 #   PME_PASSMOWER_GENERATIONS=2.4 PME_BENCH_GENERATION_HANDOVERS=1 \
 #     PME_BENCH_GENERATION_OUT=/tmp/gen.md scripts/bench-generations.sh   # a quick look
+#   PME_BENCH_GENERATION_RENDER_ONLY=1 scripts/bench-generations.sh    # the file again from the last runs
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib/generations.sh
@@ -31,10 +32,11 @@ runs="$target/bench-generations"
 mkdir -p "$runs"
 runs="$(cd "$runs" && pwd)"
 
-export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(scripts/build-test-cluster.sh | tail -n 1)}"
+render_only="${PME_BENCH_GENERATION_RENDER_ONLY:-}"
+[[ -n "$render_only" ]] || export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(scripts/build-test-cluster.sh | tail -n 1)}"
 # PME_BENCH_ELECTOR: a passmower-elector binary to use instead of this tree's release build.
 binary="${PME_BENCH_ELECTOR:-}"
-if [[ -z "$binary" ]]; then
+if [[ -z "$binary" && -z "$render_only" ]]; then
   cargo build --release --locked --bin passmower-elector
   binary="$(cd "$target" && pwd)/release/passmower-elector"
 fi
@@ -43,6 +45,7 @@ fi
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 for gen in "${generations[@]}"; do
+  [[ -z "$render_only" ]] || break
   upstream="$(generation_upstream "$gen")"
   app="$(PME_UPSTREAM="$upstream" scripts/build-passmower-app.sh | tail -n 1)"
   rm -f "$runs/$gen.json"
@@ -56,11 +59,21 @@ for gen in "${generations[@]}"; do
   }
 done
 
-export GEN_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
+# What the runs were (for PME_BENCH_GENERATION_RENDER_ONLY), written when they end.
+if [[ -z "$render_only" ]]; then
+  {
+    printf 'GEN_DATE=%q\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+    printf 'GEN_LOAD=%q\n' "$load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+    printf 'GEN_STATUS=%q\n' "$status"
+    printf 'GEN_REV=%q\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  } >"$runs/run.env"
+fi
+GEN_DATE=unknown GEN_LOAD=unknown GEN_STATUS=unknown GEN_REV=unknown
+# shellcheck disable=SC1091
+[[ ! -f "$runs/run.env" ]] || . "$runs/run.env"
+export GEN_DATE GEN_LOAD GEN_STATUS GEN_REV
 export GEN_MACHINE="$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr), Node.js $(node --version)"
-export GEN_REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 export GEN_COMMAND="PME_PASSMOWER_GENERATIONS=\"${generations[*]}\" PME_BENCH_GENERATION_HANDOVERS=$handovers${PME_BENCH_ELECTOR:+ PME_BENCH_ELECTOR=$PME_BENCH_ELECTOR} scripts/bench-generations.sh"
-export GEN_STATUS="$status" GEN_LOAD="$load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
 mkdir -p "$(dirname "$results")"
 python3 - "$runs" "${generations[@]}" >"$results" <<'PY'
 import json, os, statistics, sys
