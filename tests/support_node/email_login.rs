@@ -141,9 +141,15 @@ fn run(
         }
         // A page with a form to send: the login page (its e-mail form), a name or terms prompt.
         let forms = forms(&r.body);
-        let pick = ["/email", "/update-name", "/confirm-tos", "/email-complete"]
-            .iter()
-            .find_map(|want| forms.iter().find(|f| f.action.ends_with(want)));
+        let pick = [
+            "/email",
+            "/enter-username",
+            "/update-name",
+            "/confirm-tos",
+            "/email-complete",
+        ]
+        .iter()
+        .find_map(|want| forms.iter().find(|f| f.action.ends_with(want)));
         let Some(form) = pick else {
             // The newer trees' "Email verified" page (another device) or anything else.
             return Err(format!(
@@ -157,6 +163,8 @@ fn run(
             match k.as_str() {
                 "email" => v.clone_from(&login.email),
                 "name" => "PME Sign-in".clone_into(v),
+                // A new user's username prompt (the mail's address matched no OIDCUser).
+                "username" if v.is_empty() => "pme-sign-in".clone_into(v),
                 _ => {}
             }
         }
