@@ -162,7 +162,8 @@ fn run(
         for (k, v) in &mut fields {
             match k.as_str() {
                 "email" => v.clone_from(&login.email),
-                "name" => "PME Sign-in".clone_into(v),
+                // Passmower takes letters, digits and spaces only.
+                "name" => "PME Signin Test".clone_into(v),
                 // A new user's username prompt (the mail's address matched no OIDCUser).
                 "username" if v.is_empty() => "pme-sign-in".clone_into(v),
                 _ => {}
@@ -179,6 +180,14 @@ fn run(
             .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
             .collect::<Vec<_>>()
             .join("&");
+        // The same form again after sending it: the page says why (a refused value).
+        if method == "POST" && path == form.action {
+            return Err(format!(
+                "{} answered with its own form again: {}",
+                short(&path),
+                text_of(&r.body)
+            ));
+        }
         next = Some(("POST".into(), form.action.clone(), Some(body)));
     }
     let code = code.ok_or_else(|| "no code after 20 requests".to_owned())?;
