@@ -3,16 +3,18 @@
 //! by `inject` as a helm post-renderer (3 replicas), the activity flush forced to every 5 s
 //! (`ACTIVITY_FLUSH_INTERVAL_SECONDS`), an OIDCClient and an OIDCUser in the namespace, a
 //! rollout restart (so every pod boots with them present), the HTTP side exercised on every pod
-//! (discovery, the authorization request that starts a login, the login page), then a minute of
-//! quiet. Writes come from the apiserver's audit log (by source address) and Redis `MONITOR`
+//! (discovery, the authorization request that starts a login, the login page), a whole sign-in
+//! on a follower (e-mail login on, its mail to an SMTP sink), then a minute of quiet. Writes come from the apiserver's audit log (by source address) and Redis `MONITOR`
 //! (by client address); a write is a follower's when its pod did not hold the Lease at that
 //! instant (from the Lease writes in the same audit log).
 //!
 //! Records what it saw as JSON in `PME_INVENTORY_OUT` (default
 //! `$CARGO_TARGET_DIR/write-inventory-<generation>.json`); scripts/write-inventory.sh runs it for
 //! each generation and renders docs/results/write-inventory.md and compatibility.md. Asserts the
-//! install works (Ready replicas, a leader, the client reconciled by the leader only) and that no
-//! follower wrote an operator object to the apiserver; the Redis side is reported, not asserted.
+//! install works (Ready replicas, a leader, the client reconciled by the leader only), that no
+//! follower wrote an operator object to the apiserver, and that a whole e-mail sign-in on a
+//! follower (tests/support_node/email_login.rs, the mail caught by support_node/smtp.rs)
+//! completes with none of that pod's writes refused; the Redis side is reported, not asserted.
 
 mod support;
 mod support_node;
@@ -350,6 +352,13 @@ async fn follower_write_inventory() {
         sign_in.refused.is_empty(),
         "the apiserver refused the follower's writes during its sign-in: {:?}",
         sign_in.refused
+    );
+    assert!(
+        sign_in.outcome.signed_in(),
+        "the sign-in on follower {} did not complete: {:?} after {:?}",
+        sign_in.pod,
+        sign_in.outcome.stopped,
+        sign_in.outcome.steps
     );
 }
 
