@@ -80,6 +80,10 @@ RULES = [
      "from running it",
      "none seen: it is written once per Redis, and what a follower seeds is what the "
      "leader would (the same list, by pod namespace, and the same generations)"),
+    ("redis", r".*", r"oidc:(SessionMetadata|SiteSession|AccountSiteSession|UidSessions):.*",
+     "request-driven", "Passmower's session bookkeeping of a sign-in (`session-service.js`, "
+     "`site-session.js`: session metadata, site sessions, the sessions of an interaction)",
+     "-", "-"),
     ("redis", r".*", r"oidc:HealthCheck:.*",
      "request-driven", "the liveness probe (`/health` on port 9090) writes and expires a key",
      "-", "-"),
@@ -138,6 +142,11 @@ def sign_in_section(gen, data):
               "userinfo (claims " + ", ".join(f"`{c}`" for c in o.get("userinfo_claims", []))
               + ")." if done else f"**did not complete**: {o.get('stopped')}."), "",
            "Steps: " + "; ".join(f"`{st}`" for st in o.get("steps", [])) + ".", ""]
+    steps = o.get("steps", [])
+    if not done and len(steps) >= 3 and steps[-1] == steps[-2] and steps[-1].startswith("POST"):
+        out += ["The page answered its form with the same form again: it refused a value the "
+                "test sent, so this is the test's input, not a limit of the tree (the other "
+                "generations' runs pass the same prompt).", ""]
     if gen in SIGN_IN_LIMITS:
         out += [SIGN_IN_LIMITS[gen], ""]
     writes = s.get("apiserver_writes", [])
@@ -238,8 +247,11 @@ for gen, folder, what in GENERATIONS:
         compat.append(f"| {gen} | `{folder}` | not shown | - | - | {reason.splitlines()[0]} |")
         continue
     env = data["required_env"]
+    # The test's own values win over the generation's (outbound e-mail on, for the sign-in).
+    overridden = {e.split("=", 1)[0] for e in data["extra_env"]}
     inv.append("App environment the test adds besides the chart: "
-               + ", ".join(f"`{e}`" for e in env + data["extra_env"]) + ".")
+               + ", ".join(f"`{e}`" for e in [e for e in env if e.split("=", 1)[0] not in overridden]
+                           + data["extra_env"]) + ".")
     inv.append("")
     http = "; ".join(f"{h['pod']}: discovery {h['discovery']}, /auth {h['authorize']}"
                      f" (to `{(h.get('authorize_location') or '-').split('?')[0]}`), "
