@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end tests on a real one-node Kubernetes, all of them, for every Passmower
 # generation: builds (or finds in the cache) the control plane, the node binaries, helm and, per
-# generation, the images, then runs tests/node_smoke.rs, tests/webhook_node.rs and
-# tests/real_pods.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
+# generation, the images, then runs tests/node_smoke.rs, tests/webhook_node.rs,
+# tests/real_pods.rs and tests/status_node.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
 # marked ignored (but the hold-for-a-look and the demo, which are for people). Cargo runs the
 # test binaries one after another, each with a node of its own.
 #
@@ -39,20 +39,17 @@ results=""
 if (($#)); then
   args=("$@")
 else
-  args=(--test node_smoke --test webhook_node --test real_pods -- --include-ignored --skip hold_for_a_look --skip demo_)
+  args=(--test node_smoke --test webhook_node --test real_pods --test status_node -- --include-ignored --skip hold_for_a_look --skip demo_)
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
 status=0
-read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
-[[ ${#generations[@]} -eq 1 ]] && IFS=, read -r -a generations <<<"${generations[0]}"
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
+generations_text="$(generation_list "${PME_PASSMOWER_GENERATIONS:-}" "real-pods.sh: PME_PASSMOWER_GENERATIONS")" || exit 2
+mapfile -t generations <<<"$generations_text"
 for gen in "${generations[@]}"; do
-  case "$gen" in
-    1.3) tree=passmower ;;
-    2.2) tree=passmower-before-election ;;
-    2.4) tree=passmower-with-election ;;
-    *) echo "real-pods.sh: PME_PASSMOWER_GENERATIONS: unknown generation '$gen' (allowed: 1.3 2.2 2.4)" >&2; exit 2 ;;
-  esac
-  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$PWD/../shared/upstream/$tree"
+  PME_UPSTREAM="$(generation_upstream "$gen")"
+  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM
   PME_NODE_IMAGES="$(last scripts/build-node-images.sh)"
   export PME_NODE_IMAGES
   echo "=== Passmower $gen ($PME_UPSTREAM) ===" | tee -a "$PME_REAL_PODS_REPORT"
