@@ -154,6 +154,10 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
             value = opt_in.value
         );
     }
+    variables.push(Variable {
+        name: "fix".into(),
+        expression: cel_string(&capitalize(&fix)),
+    });
     let kind = target.kind.as_str();
     ValidatingAdmissionPolicySpec {
         // The policy reads only the request: nothing to fail but its own expressions, which
@@ -186,21 +190,17 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
                 ns = target.namespace,
                 name = target.name
             )),
-            message_expression: Some(format!(
-                "{head} + string(variables.replicas) + {tail}",
-                head = cel_string(&format!(
-                    "{GUARD_DENIAL_PREFIX}: {kind} {ns}/{name} asks for ",
-                    ns = target.namespace,
-                    name = target.name
-                )),
-                tail = cel_string(&format!(
-                    " replicas and its pods would run without the passmower-elector sidecar, \
-                     so every replica would run the Passmower operators. {}, or set its \
-                     replicas to 1; to remove passmower-elector, scale to 1 first \
-                     (docs/operations/uninstall.md)",
-                    capitalize(&fix)
-                )),
-            )),
+            // One literal for every guard (the names come from the request, the fix from a
+            // variable), so the troubleshooting guide can quote it whole.
+            message_expression: Some(
+                "\"passmower-elector replica guard: \" + request.kind.kind + \" \" + \
+                 request.namespace + \"/\" + request.name + \" asks for \" + \
+                 string(variables.replicas) + \" replicas and its pods would run without the \
+                 passmower-elector sidecar, so every replica would run the Passmower operators. \
+                 \" + variables.fix + \", or set its replicas to 1; to remove passmower-elector, \
+                 scale to 1 first (docs/operations/uninstall.md)\""
+                    .to_owned(),
+            ),
             reason: Some("Forbidden".into()),
         }]),
         ..Default::default()
@@ -348,10 +348,9 @@ mod tests {
         assert!(validation
             .expression
             .ends_with("|| variables.webhookInjects"));
-        let webhook = spec
-            .variables
-            .unwrap()
-            .into_iter()
+        let variables = spec.variables.clone().unwrap();
+        let webhook = variables
+            .iter()
             .find(|v| v.name == "webhookInjects")
             .unwrap();
         assert!(
@@ -366,8 +365,12 @@ mod tests {
             "{}",
             webhook.expression
         );
-        let message = validation.message_expression.as_deref().unwrap();
-        assert!(message.contains("Label its namespace"), "{message}");
+        let fix = &variables
+            .iter()
+            .find(|v| v.name == "fix")
+            .unwrap()
+            .expression;
+        assert!(fix.starts_with("'Label its namespace"), "{fix}");
     }
 
     #[test]
