@@ -1,0 +1,21 @@
+//! The scenario tier: everything that needs no apiserver. `supervise` with a recording app,
+//! `inject` on golden files and with the real helm and kustomize, the docs, the sidecar image,
+//! the reference consumer, and the kit's own oracles.
+
+#[path = "../product/mod.rs"]
+mod product;
+
+mod consumer_example;
+mod docs;
+mod golden;
+mod harness;
+mod inject_errors;
+mod inject_golden;
+mod inject_kustomize;
+mod sidecar_image;
+mod supervise_config;
+mod supervise_files;
+mod supervise_leader_instance;
+mod supervise_modes;
+mod supervise_safety;
+mod supervise_signals;
