@@ -20,8 +20,8 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::cluster::{client_from_kubeconfig, write_kubeconfig, ControlPlaneProcess, Layout};
-use super::process;
+use crate::cluster::{client_from_kubeconfig, write_kubeconfig, ControlPlaneProcess, Layout};
+use crate::process;
 
 /// Every audited user is in this group; RBAC binds the Lease and Event permissions to it.
 pub const AUDITED_GROUP: &str = "pme-audited";

@@ -20,12 +20,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::process;
-use super::rbac::{elector_lease_rules, DEFAULT_LEASE_NAME};
+use crate::process;
 
 /// Elector identities baked into the static token file (it is read once, at start): namespace
-/// `e2e-N` for N in 1..=this. More namespaces per test binary is a test design problem.
-pub const MAX_NAMESPACES: usize = 64;
+/// `e2e-N` for N in 1..=this. The api tier's tests share one control plane; more namespaces
+/// than this per test binary is a test design problem.
+pub const MAX_NAMESPACES: usize = 512;
+
+/// The Lease name test namespaces use unless a test asks for another.
+pub const DEFAULT_LEASE_NAME: &str = "passmower-operators";
 
 /// The ServiceAccount name the elector runs as in every test namespace, as in the chart.
 pub const ELECTOR_SERVICE_ACCOUNT: &str = "passmower";
@@ -68,12 +71,12 @@ impl ControlPlaneProcess {
 /// Where the binaries are and which ports and directories the processes use: everything needed
 /// to build their command lines again.
 #[derive(Clone, Debug)]
-pub(super) struct Layout {
-    pub(super) bin: PathBuf,
-    pub(super) dir: PathBuf,
-    pub(super) etcd_client: u16,
-    pub(super) etcd_peer: u16,
-    pub(super) api_port: u16,
+pub(crate) struct Layout {
+    pub(crate) bin: PathBuf,
+    pub(crate) dir: PathBuf,
+    pub(crate) etcd_client: u16,
+    pub(crate) etcd_peer: u16,
+    pub(crate) api_port: u16,
 }
 
 /// A fresh namespace with an elector identity bound to the Lease RBAC.
@@ -81,6 +84,8 @@ pub(super) struct Layout {
 pub struct TestNs {
     /// The namespace name, `e2e-N`.
     pub name: String,
+    /// `127.0.0.1:<port>` of the kube-apiserver the namespace lives in.
+    pub api_addr: SocketAddr,
     /// The Lease name the RBAC in this namespace is scoped to.
     pub lease_name: String,
     /// Kubeconfig of `system:serviceaccount:<name>:passmower`, talking to the apiserver
@@ -220,13 +225,6 @@ impl Cluster {
         .expect("create the released Lease");
     }
 
-    /// A fresh namespace whose elector identity has exactly [`elector_lease_rules`] for
-    /// [`DEFAULT_LEASE_NAME`].
-    pub async fn new_namespace(&self) -> TestNs {
-        self.new_namespace_with(DEFAULT_LEASE_NAME, &elector_lease_rules(DEFAULT_LEASE_NAME))
-            .await
-    }
-
     /// A fresh namespace `e2e-N` with a `passmower` ServiceAccount bound by a Role to `rules`
     /// (pass fewer rules to show that a permission is needed). Returns once the apiserver's
     /// RBAC cache authorizes the first verb of every rule for that identity.
@@ -320,6 +318,7 @@ impl Cluster {
         );
         TestNs {
             name,
+            api_addr: self.api_addr,
             lease_name: lease_name.to_owned(),
             elector_kubeconfig,
             rules: Vec::new(),
@@ -367,6 +366,28 @@ impl Cluster {
     fn ca_pem(&self) -> Vec<u8> {
         fs::read(self.dir.join("pki/ca.crt")).expect("read test CA")
     }
+}
+
+/// `rules` with one verb taken away from every rule on `group`/`resource` (rules left without
+/// verbs are dropped): "one permission less", for tests that show each grant is needed.
+pub fn rules_without(
+    rules: &[PolicyRule],
+    group: &str,
+    resource: &str,
+    verb: &str,
+) -> Vec<PolicyRule> {
+    rules
+        .iter()
+        .cloned()
+        .filter_map(|mut r| {
+            let matches = r.api_groups.iter().flatten().any(|g| g == group)
+                && r.resources.iter().flatten().any(|x| x == resource);
+            if matches {
+                r.verbs.retain(|v| v != verb);
+            }
+            (!r.verbs.is_empty()).then_some(r)
+        })
+        .collect()
 }
 
 /// Only private clusters are ever dropped (the shared one lives in a static): their processes
@@ -472,7 +493,7 @@ fn start() -> Result<Cluster, String> {
 impl Layout {
     /// The command line of `which`; the same on every (re)start, so a restarted process finds
     /// its ports, certificates and (for etcd) its data again.
-    pub(super) fn command(&self, which: ControlPlaneProcess) -> Command {
+    pub(crate) fn command(&self, which: ControlPlaneProcess) -> Command {
         let etcd_url = format!("http://127.0.0.1:{}", self.etcd_client);
         match which {
             ControlPlaneProcess::Etcd => {
@@ -571,8 +592,7 @@ fn control_plane_dir() -> Result<PathBuf, String> {
     let dir = match std::env::var_os("PME_CONTROL_PLANE") {
         Some(dir) => PathBuf::from(dir),
         None => {
-            let script =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-test-cluster.sh");
+            let script = crate::repo().join("scripts/build-test-cluster.sh");
             let out = Command::new(&script)
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -706,7 +726,7 @@ fn free_ports<const N: usize>() -> Result<[u16; N], String> {
 }
 
 /// Writes a kubeconfig (as JSON) for a bearer-token user of the test cluster.
-pub(crate) fn write_kubeconfig(path: &Path, server: &str, ca_pem: &[u8], token: &str) {
+pub fn write_kubeconfig(path: &Path, server: &str, ca_pem: &[u8], token: &str) {
     use base64_engine::encode;
     let config = serde_json::json!({
         "apiVersion": "v1",

@@ -1,16 +1,45 @@
-//! The built `passmower-elector` binary as a test's child process: one "pod", driven by PID.
+//! The product's binary: where cargo built it, and one of its processes (a "pod"'s elector, a
+//! supervisor, a webhook) as a test's child, driven by PID with its output captured.
 
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::cluster::TestNs;
-use super::process;
+use crate::cluster::TestNs;
+use crate::process;
+
+/// The `passmower-elector` binary cargo built for this test run: beside the test executable's
+/// `deps/` directory (`target/<profile>/deps/<tier>-<hash>` → `target/<profile>/
+/// passmower-elector`), the file `CARGO_BIN_EXE_passmower-elector` names in the test crates.
+/// The kit does not link the product, so it finds the binary from where it runs.
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test executable's path");
+        let deps = exe.parent().expect("the test executable's directory");
+        assert!(
+            deps.file_name().is_some_and(|n| n == "deps"),
+            "{} is not in a cargo target's deps/ directory: run the tests with cargo",
+            exe.display()
+        );
+        let bin = deps
+            .parent()
+            .expect("the profile directory")
+            .join("passmower-elector");
+        assert!(
+            bin.is_file(),
+            "{} is missing: cargo builds it with the tests",
+            bin.display()
+        );
+        bin
+    })
+}
 
 /// A running `passmower-elector` process with its output captured to files. Killed (SIGKILL,
 /// by PID) and reaped on drop; if the test is panicking, its log tail is printed first.
@@ -77,25 +106,14 @@ impl ElectorProcess {
         if !args.iter().any(|a| a.starts_with("--toggle-url")) {
             env.push(("ELECTOR_CONSUMER_CHECK", OsStr::new("none")));
         }
-        Self::spawn_program_customized(
-            pod,
-            Path::new(env!("CARGO_BIN_EXE_passmower-elector")),
-            &all,
-            &env,
-            customize,
-        )
+        Self::spawn_program_customized(pod, binary(), &all, &env, customize)
     }
 
     /// Runs the binary with `args` (role first) and exactly `env` plus `PATH` and the
     /// `RUST_BACKTRACE`/`RUST_LOG`/`ELECTOR_LOG_*` debugging knobs of the test environment.
     /// Nothing else is inherited: a stray `ELECTOR_*` or `HTTPS_PROXY` must not change a test.
     pub fn spawn(name: &str, args: &[&str], env: &[(&str, &OsStr)]) -> ElectorProcess {
-        Self::spawn_program(
-            name,
-            Path::new(env!("CARGO_BIN_EXE_passmower-elector")),
-            args,
-            env,
-        )
+        Self::spawn_program(name, binary(), args, env)
     }
 
     /// As [`ElectorProcess::spawn`] for another program: a stand-in app, or the harness's own

@@ -1,7 +1,8 @@
 //! Fixtures for the write fence on the real apiserver: Passmower's CRDs and rights, Pod
 //! objects that never run (no kubelet) with ServiceAccount tokens bound to them (the apiserver
 //! then puts the pod's name and UID into the request's user info, as for a token the kubelet
-//! mounts), the Lease's holder, and the fence `inject` generates.
+//! mounts), the Lease's holder, and a fence's objects installed and removed. (The fence
+//! `inject` generates comes from the product: `tests/product`.)
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,19 +17,17 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use passmower_elector::inject::fence::{self, FenceTarget};
 use serde_json::json;
 
-use super::{client_from_kubeconfig, Cluster, TestNs};
+use crate::manifests::{self, Applier};
+use crate::{client_from_kubeconfig, Cluster, TestNs};
 
-const SA: &str = super::cluster::ELECTOR_SERVICE_ACCOUNT;
-
+/// Upstream Passmower 1.3.0: `PME_UPSTREAM`, else `../shared/upstream/passmower` beside the
+/// repository.
 pub fn upstream_dir() -> PathBuf {
     std::env::var_os("PME_UPSTREAM")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream/passmower")
-        })
+        .unwrap_or_else(|| crate::repo().join("../shared/upstream/passmower"))
 }
 
 /// Creates Passmower's CRDs from the upstream chart (a no-op when they exist) and waits until
@@ -47,18 +46,15 @@ pub async fn install_crds_of(client: &kube::Client, tree: &std::path::Path) {
             path.display()
         )
     });
-    let mut applier = super::manifests::Applier::new(client.clone());
-    for doc in super::manifests::parse_stream(&text) {
-        match applier
-            .send(&doc, "default", super::manifests::Mode::Create)
-            .await
-        {
+    let mut applier = Applier::new(client.clone());
+    for doc in manifests::parse_stream(&text) {
+        match applier.send(&doc, "default", manifests::Mode::Create).await {
             Ok(_) => {}
             Err(e) if e.contains("AlreadyExists") || e.contains("already exists") => {}
-            Err(e) => panic!("create {}: {e}", super::manifests::describe(&doc)),
+            Err(e) => panic!("create {}: {e}", manifests::describe(&doc)),
         }
     }
-    let served = super::wait_until_async(
+    let served = crate::wait_until_async(
         Duration::from_secs(30),
         Duration::from_millis(200),
         || async {
@@ -253,20 +249,17 @@ pub async fn set_holder(admin: &kube::Client, ns: &TestNs, holder: Option<&str>)
         .unwrap_or_else(|e| panic!("set the Lease holder to {holder:?}: {e}"));
 }
 
-/// Installs the fence `inject` generates for `ns` (ServiceAccount `passmower`, its Lease).
-pub async fn install_fence(admin: &kube::Client, ns: &TestNs) -> String {
-    let name = fence::fence_policy_name(&ns.name, "passmower");
-    let target = FenceTarget {
-        namespace: &ns.name,
-        service_account: SA,
-        lease: &ns.lease_name,
-    };
-    let objects = fence::write_fence(&name, &target, "Deployment/passmower");
-    let to_json = |v: &serde_norway::Value| serde_json::to_value(v).expect("json");
+/// Installs a fence: its policy and its binding (as `inject` generates them, in that order),
+/// named `name`; returns the name.
+pub async fn install_fence_objects(
+    admin: &kube::Client,
+    name: String,
+    objects: &[serde_json::Value],
+) -> String {
     let policy: ValidatingAdmissionPolicy =
-        serde_json::from_value(to_json(&objects[0])).expect("policy");
+        serde_json::from_value(objects[0].clone()).expect("policy");
     let binding: ValidatingAdmissionPolicyBinding =
-        serde_json::from_value(to_json(&objects[1])).expect("binding");
+        serde_json::from_value(objects[1].clone()).expect("binding");
     Api::<ValidatingAdmissionPolicy>::all(admin.clone())
         .create(&PostParams::default(), &policy)
         .await

@@ -1,32 +1,38 @@
-//! The integration-test harness: a real etcd + kube-apiserver per test binary, namespaces with
-//! the elector's exact RBAC, a fault-injecting proxy, elector processes driven by PID, and the
-//! grant-overlap oracle. Use it from a test file with `mod support;`.
+//! pme-testkit, the test kit of passmower-elector: real parts for the tests to run against —
+//! child processes that cannot outlive the test, free ports, bounded waits, the control plane
+//! (etcd + kube-apiserver), the one-node Kubernetes, pods of elector + supervisor + recording
+//! app, a fault-injecting proxy — and the single-writer oracles that judge what they did.
 //!
-//! Nothing here mocks the API server, and everything listens on loopback only.
-
-// Each test binary compiles this module and uses a different part of it (and of the
-// convenience re-exports below).
-#![allow(dead_code, unused_imports)]
+//! Nothing here mocks the API server or the kubelet, and everything listens on loopback or in
+//! network namespaces the kit creates. The kit does not link the product: it runs its binary
+//! ([`elector::binary`]) and reads the repository's scripts and charts ([`repo`]).
 
 pub mod audit;
+pub mod clock;
 pub mod cluster;
 pub mod elector;
 pub mod fence;
-pub mod grants;
 pub mod manifests;
+pub mod node;
+pub mod oracle;
 pub mod passmower;
+pub mod pods;
+pub mod ports;
 pub mod process;
 pub mod proxy;
-pub mod rbac;
+pub mod supervise;
+pub mod tools;
+pub mod wait;
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
 
-pub use cluster::{client_from_kubeconfig, Cluster, TestNs};
+pub use clock::BootTime;
+pub use cluster::{client_from_kubeconfig, rules_without, Cluster, TestNs, DEFAULT_LEASE_NAME};
 pub use elector::ElectorProcess;
-pub use grants::{GrantInterval, GrantRecorder, GrantTimeline, Seen};
+pub use oracle::grants::{GrantInterval, GrantRecorder, GrantTimeline, GrantView, Seen};
+pub use ports::{free_port, free_ports};
 pub use proxy::{FaultMode, FaultProxy};
-pub use rbac::{elector_lease_rules, rules_without, DEFAULT_LEASE_NAME};
+pub use wait::{wait_until, wait_until_async};
 
 /// The shortened election timings of the scenario tests (D 4s, R 1.5s, P 300ms, K 1s): they
 /// satisfy the same safety rule as the defaults (R + K + 1s < D) and run in seconds.
@@ -41,37 +47,10 @@ pub const FAST_TIMINGS: [&str; 8] = [
     "1s",
 ];
 
-/// Polls `cond` every `poll` until it holds (`true`) or `timeout` has passed (`false`). The
-/// condition is checked once more at the deadline, so a slow last poll is not lost.
-pub fn wait_until(timeout: Duration, poll: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        std::thread::sleep(poll.min(deadline - now));
-    }
-}
-
-/// [`wait_until`] for conditions that need the API (inside a tokio test).
-pub async fn wait_until_async<F, Fut>(timeout: Duration, poll: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return true;
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        tokio::time::sleep(poll.min(deadline - now)).await;
-    }
+/// The repository's root (the kit is its `testkit/` member): its scripts, charts and docs.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ has a parent")
+        .to_owned()
 }

@@ -1,10 +1,15 @@
-//! A real one-node Kubernetes per test binary: etcd, kube-apiserver (with an audit log),
+//! A real one-node Kubernetes: etcd, kube-apiserver (with an audit log),
 //! kube-controller-manager, kube-scheduler, kube-proxy, containerd, the kubelet and Redis, all
-//! inside a network and mount namespace and a cgroup subtree of the run's own, started on
-//! first use and torn down at exit (by PID and by cgroup), so the host's network, mounts,
-//! cgroups, /var/log/pods and /run/containerd are left as they were.
+//! inside a network and mount namespace and a cgroup subtree of the run's own, torn down (by PID
+//! and by cgroup) so the host's network, mounts, cgroups, /var/log/pods and /run/containerd are
+//! left as they were.
 //!
-//! Use it from a test file with `mod support; mod support_node;`. The binaries come from
+//! One node at a time, one per test group (a scenario file): [`Node::of_group`] gives the
+//! first test of a group a fresh node once every test of the group before it is done, and the
+//! group's tests share it, as each file once had a node of its own. The last node is torn down
+//! at exit.
+//!
+//! The binaries come from
 //! `scripts/build-test-cluster.sh` (`PME_CONTROL_PLANE`) and `scripts/build-node.sh`
 //! (`PME_NODE_BIN`), the images from `scripts/build-node-images.sh` (`PME_NODE_IMAGES`) and
 //! `scripts/build-sidecar-image.sh`.
@@ -32,18 +37,19 @@ use k8s_openapi::api::core::v1::{Namespace, Node as KubeNode, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-use super::support::cluster::{client_from_kubeconfig, write_kubeconfig};
-use super::support::process;
+use crate::cluster::{client_from_kubeconfig, write_kubeconfig};
+use crate::process;
 use cgroups::CgroupTree;
 use config::{Component, Layout, ADMIN_TOKEN, API_PORT, NODE_IP, NODE_NAME};
 use netns::Namespaces;
 
-/// Every node's name: `pme-node-<test pid>` (its netns, cgroup and mount folder).
+/// Every node's name: `pme-node-<test pid>-<n>`, the n-th node of the test process (its netns,
+/// cgroup and mount folder).
 pub const PREFIX: &str = "pme-node-";
 const API_START_TIMEOUT: Duration = Duration::from_secs(120);
 const NODE_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The running node. Get it with [`Node::shared`].
+/// The running node. Get it with [`Node::of_group`].
 pub struct Node {
     pub layout: Layout,
     pub ns: Arc<Namespaces>,
@@ -71,25 +77,17 @@ pub struct Images {
 }
 
 impl Node {
-    /// The node of this test binary, started on first call (a minute or so). Panics with the
-    /// reason (and log tails) if it cannot start; later callers get the same panic.
-    pub fn shared() -> &'static Node {
-        static SHARED: OnceLock<Result<Node, String>> = OnceLock::new();
-        let node = SHARED.get_or_init(|| {
-            std::thread::Builder::new()
-                .name("pme-node-start".into())
-                .spawn(start)
-                .map_err(|e| format!("spawn: {e}"))
-                .and_then(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err("node start panicked".into()))
-                })
-        });
-        match node {
-            Ok(node) => {
-                register_teardown(node);
-                node
-            }
+    /// The node of test group `group` (pass `module_path!()`), started for it (a minute or
+    /// so) once the tests of the group that had the node before are all done; tests of the
+    /// same group share it. Hold the returned [`NodeUse`] for the whole test. Panics with the
+    /// reason (and log tails) if the node cannot start; the group's later tests get the same
+    /// panic, and the next group tries a fresh node.
+    pub async fn of_group(group: &'static str) -> NodeUse {
+        let taken = tokio::task::spawn_blocking(move || take_for(group))
+            .await
+            .unwrap_or_else(|e| Err(format!("the node start panicked: {e}")));
+        match taken {
+            Ok(node) => NodeUse { node },
             Err(e) => panic!("test node unavailable: {e}"),
         }
     }
@@ -170,7 +168,7 @@ impl Node {
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
         let sa = Api::<ServiceAccount>::namespaced(client, name);
-        let ok = super::support::wait_until_async(
+        let ok = crate::wait_until_async(
             Duration::from_secs(60),
             Duration::from_millis(200),
             || async { sa.get_opt("default").await.ok().flatten().is_some() },
@@ -278,7 +276,7 @@ impl Node {
                 problems.push(format!("remove {}: {e}", self.layout.dir.display()));
             }
         } else {
-            eprintln!("support_node: kept {}", self.layout.dir.display());
+            eprintln!("pme_testkit::node: kept {}", self.layout.dir.display());
         }
         problems
     }
@@ -300,19 +298,116 @@ fn stop_child(child: &mut Child, signal: nix::sys::signal::Signal, grace: Durati
     process::forget_at_exit(pid.as_raw());
 }
 
+/// A test's use of its group's node: the group keeps the node while one is alive.
+#[must_use = "the node may go to another group once this is dropped"]
+pub struct NodeUse {
+    node: &'static Node,
+}
+
+impl NodeUse {
+    pub fn node(&self) -> &'static Node {
+        self.node
+    }
+}
+
+impl std::ops::Deref for NodeUse {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
+        self.node
+    }
+}
+
+impl Drop for NodeUse {
+    fn drop(&mut self) {
+        let mut slot = lock(&SLOT);
+        slot.users = slot.users.saturating_sub(1);
+        drop(slot);
+        FREED.notify_all();
+    }
+}
+
+/// Which group has the node, and how many of its tests use it now.
+struct Slot {
+    group: Option<&'static str>,
+    node: Option<Result<&'static Node, String>>,
+    users: usize,
+    started: u32,
+}
+
+static SLOT: Mutex<Slot> = Mutex::new(Slot {
+    group: None,
+    node: None,
+    users: 0,
+    started: 0,
+});
+static FREED: std::sync::Condvar = std::sync::Condvar::new();
+/// The node up now, for the exit handler.
+static CURRENT: std::sync::atomic::AtomicPtr<Node> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Blocks until `group` has the node: its own, or a fresh one once no test of the group before
+/// uses the old one any more (which is torn down first).
+fn take_for(group: &'static str) -> Result<&'static Node, String> {
+    let mut slot = lock(&SLOT);
+    loop {
+        if slot.group == Some(group) {
+            match &slot.node {
+                Some(Ok(node)) => {
+                    let node = *node;
+                    slot.users += 1;
+                    return Ok(node);
+                }
+                Some(Err(e)) => return Err(e.clone()),
+                None => {}
+            }
+        }
+        if slot.users == 0 {
+            if let Some(Ok(old)) = slot.node.take() {
+                for p in old.teardown() {
+                    eprintln!("pme_testkit::node teardown: {p}");
+                }
+            }
+            slot.started += 1;
+            slot.group = Some(group);
+            let started = slot.started;
+            slot.node = Some(
+                std::thread::Builder::new()
+                    .name("pme-node-start".into())
+                    .spawn(move || start(started))
+                    .map_err(|e| format!("spawn: {e}"))
+                    .and_then(|t| {
+                        t.join()
+                            .unwrap_or_else(|_| Err("node start panicked".into()))
+                    })
+                    .map(|node| &*Box::leak(Box::new(node))),
+            );
+            if let Some(Ok(node)) = &slot.node {
+                register_teardown(node);
+            }
+            continue;
+        }
+        slot = FREED.wait(slot).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
 fn register_teardown(node: &'static Node) {
-    static NODE: OnceLock<&'static Node> = OnceLock::new();
+    CURRENT.store(
+        node as *const Node as *mut Node,
+        std::sync::atomic::Ordering::SeqCst,
+    );
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let _ = NODE.set(node);
     ONCE.call_once(|| {
         extern "C" fn at_exit() {
-            if let Some(node) = NODE.get() {
+            let node = CURRENT.load(std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: CURRENT holds null or a leaked `&'static Node`, never freed.
+            if let Some(node) = unsafe { node.as_ref() } {
                 for p in node.teardown() {
-                    eprintln!("support_node teardown: {p}");
+                    eprintln!("pme_testkit::node teardown: {p}");
                 }
             }
         }
-        // Registered after support::process's handler (which runs on the first spawn), so it
+        // Registered after crate::process's handler (which runs on the first spawn), so it
         // runs before it: the kubelet stops before its containers, the containers before
         // containerd.
         // SAFETY: registering a plain `extern "C" fn()` is what atexit expects.
@@ -326,7 +421,7 @@ fn env_dir(var: &str, script: &str) -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os(var) {
         return Ok(PathBuf::from(dir));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let script = crate::repo().join(script);
     let out = Command::new(&script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
@@ -372,7 +467,7 @@ pub fn upstream_dir() -> PathBuf {
     std::env::var_os("PME_UPSTREAM")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
+            crate::repo()
                 .join("../shared/upstream")
                 .join(passmower::Generation::from_env().folder())
         })
@@ -413,7 +508,7 @@ fn read_images(dir: &Path) -> Result<Images, String> {
 fn build_sidecar_image(layout: &Layout) -> Result<(String, PathBuf), String> {
     let archive = layout.path("sidecar-image.tar");
     let reference = "docker.io/local/passmower-elector:test".to_owned();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-sidecar-image.sh");
+    let script = crate::repo().join("scripts/build-sidecar-image.sh");
     let status = Command::new(&script)
         .arg("--out")
         .arg(&archive)
@@ -468,7 +563,7 @@ fn sweep_stale_runs() {
     for name in CgroupTree::list(PREFIX) {
         if !alive(&name) {
             for p in CgroupTree::existing(&name).destroy() {
-                eprintln!("support_node: stale cgroup {name}: {p}");
+                eprintln!("pme_testkit::node: stale cgroup {name}: {p}");
             }
         }
     }
@@ -527,7 +622,7 @@ fn spawn_in(
     process::spawn_tracked(cmd).map_err(|e| format!("spawn {name}: {e}"))
 }
 
-fn start() -> Result<Node, String> {
+fn start(n: u32) -> Result<Node, String> {
     let t0 = Instant::now();
     if unsafe { libc::geteuid() } != 0 {
         return Err("the node needs root (namespaces, cgroups, mounts)".into());
@@ -541,7 +636,7 @@ fn start() -> Result<Node, String> {
     sweep_stale_runs();
 
     let pid = std::process::id();
-    let name = format!("{PREFIX}{pid}");
+    let name = format!("{PREFIX}{pid}-{n}");
     let dir = tempfile::Builder::new()
         .prefix(&format!("{name}-"))
         .tempdir()

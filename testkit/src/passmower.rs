@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::free_port;
+
 /// The npm-installed copy of upstream Passmower 1.3.0 (`src/` and `node_modules/`) that the
 /// real-Passmower test runs, from `PME_PASSMOWER_APP` (scripts/test.sh sets it).
 pub fn passmower_app() -> Option<PathBuf> {
@@ -36,13 +38,6 @@ pub fn app_dir(var: &str, hint: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 /// A child process killed (by PID) when dropped.
 pub struct Killed(pub std::process::Child);
 
@@ -59,8 +54,8 @@ pub fn start_redis(port: u16) -> Killed {
     cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--port", &port.to_string()])
         .stdout(std::process::Stdio::null());
-    let redis = Killed(super::process::spawn_tracked(cmd).expect("redis-server"));
-    let up = super::wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+    let redis = Killed(crate::process::spawn_tracked(cmd).expect("redis-server"));
+    let up = crate::wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
         redis_keys(port).is_some()
     });
     assert!(up, "redis-server on {port} did not answer");
@@ -192,9 +187,9 @@ exec "$@" node --no-warnings src/app.js"#;
     .stdin(std::process::Stdio::null())
     .stdout(std::fs::File::create(log).expect("log"))
     .stderr(std::fs::File::create(log.with_extension("err")).expect("log"));
-    let child = Killed(super::process::spawn_tracked(cmd).expect("unshare + node"));
+    let child = Killed(crate::process::spawn_tracked(cmd).expect("unshare + node"));
     let url = format!("127.0.0.1:{port}");
-    let serving = super::wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+    let serving = crate::wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
         use std::io::{Read, Write};
         let Ok(mut s) = std::net::TcpStream::connect(&url) else {
             return false;

@@ -2,16 +2,14 @@
 //! supervisor, which runs a recording stand-in app; what the apps recorded is the ground truth
 //! (which pod ran in leader mode, and when). Each pod has a UID, given to its electors as the
 //! downward API would (`POD_UID`), and may reach the apiserver through a fault proxy of its own.
-#![allow(dead_code)] // each test file uses a different part of the harness
 
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::support::{self, wait_until, ElectorProcess, FaultProxy, TestNs};
-use crate::support_supervise::{Sandbox, Supervisor};
-
-pub const POLL: Duration = Duration::from_millis(10);
+use crate::supervise::{Sandbox, Supervisor};
+use crate::wait::POLL;
+use crate::{wait_until, ElectorProcess, FaultProxy, TestNs, FAST_TIMINGS};
 
 /// What a stand-in app recorded: its pid, the mode it ran in, and when it started and stopped
 /// (CLOCK_BOOTTIME seconds from /proc/uptime; the margins checked are a second or more).
@@ -34,7 +32,7 @@ pub struct PodSpec {
     pub elector_flags: Vec<String>,
     /// Reach the apiserver through a [`FaultProxy`] of the pod's own.
     pub proxy: bool,
-    /// The four election timings as `elect` flags; [`support::FAST_TIMINGS`] when empty.
+    /// The four election timings as `elect` flags; [`FAST_TIMINGS`] when empty.
     pub timings: Vec<String>,
     /// The app container is down before the elector starts (its image could not be pulled, it
     /// was OOM-killed): nothing listens on the toggle and nothing reads the flag file.
@@ -121,10 +119,8 @@ impl Pod {
     }
 
     pub fn start_spec(name: &str, ns: &TestNs, spec: PodSpec) -> Pod {
+        // Nothing on the volume: the pod starts as a real one does.
         let sandbox = Sandbox::new();
-        // The sandbox plays an elector for the supervisor's own tests: remove its token, so
-        // the pod starts as a real one does, with nothing on the volume.
-        let _ = std::fs::remove_file(sandbox.token_file());
         let app = app_script(&sandbox, spec.leader_crash_after.as_deref());
         let mut flags: Vec<&str> = vec![
             "--leader-env",
@@ -136,9 +132,7 @@ impl Pod {
         ];
         flags.extend(spec.supervisor_flags.iter().map(String::as_str));
         let supervisor = Supervisor::start(&sandbox, &flags, &[&app]);
-        let proxy = spec
-            .proxy
-            .then(|| FaultProxy::start(support::Cluster::shared().api_addr()));
+        let proxy = spec.proxy.then(|| FaultProxy::start(ns.api_addr));
         let mut pod = Pod {
             name: name.to_owned(),
             uid: random_uid(),
@@ -162,7 +156,7 @@ impl Pod {
     /// clock seconds, as the apps record) the app was killed.
     pub fn kill_app_container(&mut self) -> f64 {
         let app = self.supervisor.mode()["child_pid"].as_i64();
-        let at = crate::support_supervise::boot_secs();
+        let at = crate::clock::boot_secs();
         if let Some(app) = app {
             // The supervisor starts each app in a process group of its own.
             let _ =
@@ -192,7 +186,7 @@ impl Pod {
             &toggle,
         ];
         if self.spec.timings.is_empty() {
-            args.extend_from_slice(&support::FAST_TIMINGS);
+            args.extend_from_slice(&FAST_TIMINGS);
         } else {
             args.extend(self.spec.timings.iter().map(String::as_str));
         }

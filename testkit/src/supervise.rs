@@ -1,6 +1,7 @@
-//! Test harness for `passmower-elector supervise`: a per-test sandbox, the real binary as a
-//! process, a recording child script, a tiny loopback HTTP client and bounded waits.
-#![allow(dead_code)] // each test file uses a different part of the harness
+//! `supervise` under test: a sandbox directory (the pod's shared volume: flag file, ack file,
+//! the app's records), the product's binary running `supervise` as a process, a tiny loopback
+//! HTTP client for its toggle, and what /proc says about the processes it manages. Playing the
+//! elector (its token, signed grants) needs the product's types: `tests/product`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -10,81 +11,33 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use passmower_elector::clock::BootInstant;
-use passmower_elector::grant::auth::{self, Key, Token};
-use passmower_elector::grant::{Grant, Order};
+use crate::clock::BootTime;
+use crate::wait::{wait_until, POLL};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_passmower-elector");
-
-/// Polls `cond` every 10 ms until it holds or `limit` passes; returns whether it held.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if start.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// The product's binary (see [`crate::elector::binary`]), as a string for command lines.
+pub fn bin() -> &'static str {
+    crate::elector::binary()
+        .to_str()
+        .expect("the binary's path is UTF-8")
 }
 
-/// The renew deadline test grants announce: longer than any grant a test writes lasts.
-pub const TEST_RENEW_DEADLINE: Duration = Duration::from_secs(120);
-/// The kill grace test grants announce: longer than any supervisor's in these tests, so none is
-/// clamped unless a test asks for it.
-pub const TEST_ELECTOR_KILL_GRACE: Duration = Duration::from_secs(10);
-
-/// A temporary directory holding the flag file, the ack file, the elector's token and what the
-/// child records. It plays the elector's part: the token (incarnation 1 at first) and the key
-/// that [`Sandbox::sign`], [`Sandbox::write_grant`] and [`Supervisor::push`] sign with.
+/// A temporary directory holding the flag file, the ack file and what the child records: the
+/// pod's shared volume.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
-    token: Arc<Mutex<Token>>,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Sandbox {
     pub fn new() -> Self {
-        let sb = Sandbox {
+        Sandbox {
             dir: tempfile::tempdir().expect("tempdir"),
-            token: Arc::new(Mutex::new(Token {
-                incarnation: 1,
-                key: Key::generate().expect("key"),
-            })),
-        };
-        sb.write_token();
-        sb
-    }
-
-    fn write_token(&self) {
-        let token = self.token.lock().expect("token").clone();
-        auth::write_token(&auth::token_path(&self.flag_file()), &token).expect("write token");
-    }
-
-    /// A new elector incarnation: a new key in the token file.
-    pub fn elector_restart(&self, incarnation: u64) {
-        *self.token.lock().expect("token") = Token {
-            incarnation,
-            key: Key::generate().expect("key"),
-        };
-        self.write_token();
-    }
-
-    pub fn token_file(&self) -> PathBuf {
-        auth::token_path(&self.flag_file())
-    }
-
-    /// `g` as the elector would emit it: with its limits and a MAC under the current key.
-    pub fn sign(&self, g: &Grant) -> Grant {
-        sign_with(&self.token, g)
-    }
-
-    /// The ack file's object, if it is one.
-    pub fn ack_object(&self) -> Option<Grant> {
-        passmower_elector::grant::read_file(&self.path("grant.json.ack"))
-            .ok()
-            .flatten()
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -98,25 +51,6 @@ impl Sandbox {
     pub fn ack(&self) -> Option<serde_json::Value> {
         let bytes = std::fs::read(self.path("grant.json.ack")).ok()?;
         serde_json::from_slice(&bytes).ok()
-    }
-
-    /// Writes `g`, signed, to the flag file.
-    pub fn write_grant(&self, g: &Grant) {
-        self.write_raw_grant(&self.sign(g));
-    }
-
-    /// Writes `g` to the flag file exactly as given (forgeries, unsigned objects).
-    pub fn write_raw_grant(&self, g: &Grant) {
-        passmower_elector::grant::write_file(&self.flag_file(), g).expect("write flag file");
-    }
-
-    /// Whether the ack file's MAC verifies under the current key.
-    pub fn ack_verifies(&self) -> bool {
-        let Ok(Some(ack)) = passmower_elector::grant::read_file(&self.path("grant.json.ack"))
-        else {
-            return false;
-        };
-        self.token.lock().expect("token").key.verify_ack(&ack)
     }
 
     /// Writes an executable POSIX sh script named `name` with `body`.
@@ -176,46 +110,6 @@ while :; do sleep 0.05 & wait $!; done
     }
 }
 
-/// A leader grant expiring `ttl` from now on CLOCK_BOOTTIME.
-pub fn leader(incarnation: u64, seq: u64, ttl: Duration) -> Grant {
-    Grant::leader(
-        "pod-a",
-        7,
-        Order { incarnation, seq },
-        "ns/passmower",
-        BootInstant::now().saturating_add(ttl),
-    )
-}
-
-pub fn follower(incarnation: u64, seq: u64) -> Grant {
-    Grant::follower("pod-b", 8, Order { incarnation, seq }, "ns/passmower")
-}
-
-/// The forgery a MAC-less protocol allowed: `incarnation=now, seq=u64::MAX, expires=u64::MAX`. Before the MAC
-/// it made the pod leader for ever and every real object after it looked stale.
-pub fn forgeries() -> Vec<(&'static str, passmower_elector::grant::Grant)> {
-    use passmower_elector::clock::BootInstant;
-    use passmower_elector::grant::auth::Key;
-    let now = BootInstant::now().as_nanos();
-    let mut forged = leader(now, u64::MAX, Duration::from_secs(60));
-    forged.expires_boottime_ns = u64::MAX;
-    forged.renew_deadline_ns = u64::MAX;
-    forged.kill_grace_ns = 1;
-    let unsigned = forged.clone();
-    // "Plausible": a well-formed MAC, under a key the forger made up.
-    let mut plausible = forged.clone();
-    Key::generate().expect("key").sign_grant(&mut plausible);
-    // The running elector's incarnation, a mac copied from nowhere.
-    let mut same_incarnation = leader(1, u64::MAX, Duration::from_secs(60));
-    same_incarnation.expires_boottime_ns = u64::MAX;
-    same_incarnation.mac = Some("ab".repeat(32));
-    vec![
-        ("unsigned", unsigned),
-        ("signed with another key", plausible),
-        ("the elector's incarnation, a made-up mac", same_incarnation),
-    ]
-}
-
 /// Whether `pid` names a live (non-zombie) process. Test processes are ours, so PID reuse within
 /// a test's lifetime is not a concern worth more than this.
 pub fn alive(pid: i32) -> bool {
@@ -261,28 +155,18 @@ pub fn zombie_children(parent: i32) -> Vec<i32> {
     found
 }
 
-fn sign_with(token: &Mutex<Token>, g: &Grant) -> Grant {
-    let mut g = g.clone();
-    if g.renew_deadline_ns == 0 && g.kill_grace_ns == 0 {
-        g = g.with_limits(TEST_RENEW_DEADLINE, TEST_ELECTOR_KILL_GRACE);
-    }
-    token.lock().expect("token").key.sign_grant(&mut g);
-    g
-}
-
 /// The supervisor under test: the real binary, its stderr collected for assertions.
 pub struct Supervisor {
     pub child: Child,
     pub port: u16,
     pub log: Arc<Mutex<Vec<String>>>,
-    token: Arc<Mutex<Token>>,
 }
 
 impl Supervisor {
     /// Starts `supervise` with the sandbox's flag file, a free loopback port, `flags`, then
     /// `-- command`. Waits (bounded) until the toggle listens.
     pub fn start(sb: &Sandbox, flags: &[&str], command: &[&str]) -> Self {
-        Self::start_bin(BIN, sb, flags, command)
+        Self::start_bin(bin(), sb, flags, command)
     }
 
     /// Like [`Supervisor::start`] with another build of the binary (the benchmark's release build).
@@ -295,7 +179,7 @@ impl Supervisor {
     /// another UID cannot reach it (CI keeps it under root's 0700 home).
     pub fn start_as(sb: &Sandbox, flags: &[&str], command: &[&str], uid: u32) -> Self {
         let copy = sb.dir.path().join("passmower-elector-as-uid");
-        std::fs::copy(BIN, &copy).expect("copy the binary into the sandbox");
+        std::fs::copy(bin(), &copy).expect("copy the binary into the sandbox");
         std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod the copy");
         let copy = copy.to_str().expect("sandbox path is UTF-8").to_owned();
@@ -305,13 +189,13 @@ impl Supervisor {
     /// Like [`Supervisor::start`], run through `wrapper` (a command that execs its arguments,
     /// like `setpriv --bounding-set=-all --`).
     pub fn start_wrapped(sb: &Sandbox, wrapper: &[&str], flags: &[&str], command: &[&str]) -> Self {
-        Self::start_in(wrapper, BIN, sb, flags, command, None, &[])
+        Self::start_in(wrapper, bin(), sb, flags, command, None, &[])
     }
 
     /// Like [`Supervisor::start`], with `env` added to the supervisor's environment (the
     /// container's, as both instances inherit it).
     pub fn start_env(sb: &Sandbox, env: &[(&str, &str)], flags: &[&str], command: &[&str]) -> Self {
-        Self::start_in(&[], BIN, sb, flags, command, None, env)
+        Self::start_in(&[], bin(), sb, flags, command, None, env)
     }
 
     fn start_with(
@@ -381,12 +265,7 @@ impl Supervisor {
         let port = port_rx
             .recv_timeout(Duration::from_secs(20))
             .expect("supervisor did not report its toggle address");
-        Supervisor {
-            child,
-            port,
-            log,
-            token: sb.token.clone(),
-        }
+        Supervisor { child, port, log }
     }
 
     pub fn pid(&self) -> i32 {
@@ -419,26 +298,16 @@ impl Supervisor {
         serde_json::from_str(&body).expect("GET /mode JSON")
     }
 
-    /// `POST /` of a grant object, signed as the sandbox's elector would; status and body.
-    pub fn push(&self, g: &Grant) -> (u16, String) {
-        self.push_raw(&sign_with(&self.token, g))
-    }
-
-    /// `POST /` of exactly `g` (forgeries, unsigned objects); returns status and body.
-    pub fn push_raw(&self, g: &Grant) -> (u16, String) {
-        http(self.port, "POST", "/", &g.to_json()).expect("POST grant")
-    }
-
-    /// `g` signed as the sandbox's elector would, for a request sent by hand.
-    pub fn sign(&self, g: &Grant) -> Grant {
-        sign_with(&self.token, g)
+    /// `POST /` of exactly `body` (a grant object's JSON); returns status and body.
+    pub fn post_grant(&self, body: &[u8]) -> (u16, String) {
+        http(self.port, "POST", "/", body).expect("POST grant")
     }
 
     /// Waits (bounded) until GET /mode reports `mode` with a running child in that mode; returns
     /// the child's PID.
     pub fn wait_mode(&self, mode: &str, limit: Duration) -> Option<i32> {
         let mut pid = None;
-        wait_until(limit, || {
+        wait_until(limit, POLL, || {
             let m = self.mode();
             if m["mode"] == mode && m["child_mode"] == mode {
                 pid = m["child_pid"].as_i64().map(|p| p as i32);
@@ -452,7 +321,7 @@ impl Supervisor {
     /// start in the sandbox's `starts` (for a recording app: its traps are in place).
     pub fn wait_started(&self, sb: &Sandbox, mode: &str, limit: Duration) -> Option<i32> {
         let pid = self.wait_mode(mode, limit)?;
-        wait_until(limit, || sb.starts().iter().any(|(p, _)| *p == pid)).then_some(pid)
+        wait_until(limit, POLL, || sb.starts().iter().any(|(p, _)| *p == pid)).then_some(pid)
     }
 
     pub fn log_contains(&self, needle: &str) -> bool {
@@ -506,5 +375,5 @@ pub fn http(port: u16, method: &str, path: &str, body: &[u8]) -> std::io::Result
 
 /// CLOCK_BOOTTIME now, in seconds, comparable with what the child scripts read from /proc/uptime.
 pub fn boot_secs() -> f64 {
-    BootInstant::now().as_nanos() as f64 / 1e9
+    BootTime::now().as_secs_f64()
 }

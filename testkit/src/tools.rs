@@ -6,15 +6,22 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::repo;
 
 /// The upstream chart as the documentation names it.
 pub const UPSTREAM_OCI: &str = "oci://ghcr.io/passmower/charts/passmower";
 /// The upstream chart version the documentation installs; its image tag is the same.
 pub const UPSTREAM_VERSION: &str = "1.3.0";
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// Held by the tests that run helm against a private control plane of their own: those are the
+/// slow ones, and one at a time is what the machine takes (a lock of the whole test binary,
+/// whichever scenario file the test is in). A failed holder does not poison it.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn cache() -> PathBuf {
@@ -146,11 +153,8 @@ impl Sandbox {
         if let Some(kubectl) = kubectl() {
             std::os::unix::fs::symlink(kubectl, bin.join("kubectl")).expect("kubectl");
         }
-        std::os::unix::fs::symlink(
-            env!("CARGO_BIN_EXE_passmower-elector"),
-            bin.join("passmower-elector"),
-        )
-        .expect("passmower-elector");
+        std::os::unix::fs::symlink(crate::elector::binary(), bin.join("passmower-elector"))
+            .expect("passmower-elector");
         let path = format!(
             "{}:{}",
             bin.display(),

@@ -7,10 +7,6 @@
 //! Each "pod" is an elector (with `POD_UID` as the downward API sets it), a supervisor and a
 //! recording stand-in app (`tests/support_pods`); the apps' records are the ground truth.
 
-mod support;
-mod support_pods;
-mod support_supervise;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,10 +14,12 @@ use kube::api::{Api, PostParams};
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant;
 
-use support::{wait_until, Cluster, TestNs};
-use support_pods::{
-    assert_leader_runs_disjoint, random_uid, wait_for_leading_pod, AppRun, Pod, PodSpec, POLL,
+use crate::product::ElectorNamespaces;
+use pme_testkit::pods::{
+    assert_leader_runs_disjoint, random_uid, wait_for_leading_pod, AppRun, Pod, PodSpec,
 };
+use pme_testkit::wait::POLL;
+use pme_testkit::{wait_until, Cluster, TestNs};
 
 /// FAST_TIMINGS' lease duration and retry period: D + 2P is longer than any takeover takes.
 const SETTLE: Duration = Duration::from_millis(4_000 + 2 * 300);

@@ -3,10 +3,6 @@
 //! kube-apiserver. Without this, an elector whose app never started (an image that cannot be
 //! pulled) or was OOM-killed as a whole took and kept the Lease while nothing reconciled.
 
-mod support;
-mod support_pods;
-mod support_supervise;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -14,8 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use support::{wait_until, Cluster, ElectorProcess, TestNs, FAST_TIMINGS};
-use support_pods::{wait_for_leading_pod, Pod, PodSpec, POLL};
+use crate::product::ElectorNamespaces;
+use pme_testkit::pods::{wait_for_leading_pod, Pod, PodSpec};
+use pme_testkit::wait::POLL;
+use pme_testkit::{wait_until, Cluster, ElectorProcess, TestNs, FAST_TIMINGS};
 
 /// FAST_TIMINGS' lease duration: a free Lease is taken at once by a pod that contends, so two
 /// of these without a taker show that nobody contends.

@@ -2,15 +2,14 @@
 //! exactly the Lease it is scoped to, the fault proxy stalls, cuts and slows requests, and a
 //! private control plane restarts in place.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 
-use support::{client_from_kubeconfig, elector_lease_rules, rules_without, Cluster, FaultProxy};
+use crate::product::{elector_lease_rules, ElectorNamespaces};
+use pme_testkit::{client_from_kubeconfig, rules_without, Cluster, FaultProxy};
 
 fn lease(name: &str, holder: &str) -> Lease {
     Lease {
@@ -82,7 +81,7 @@ async fn elector_identity_may_use_only_its_own_lease() {
 #[tokio::test]
 async fn one_permission_less_is_refused() {
     let cluster = Cluster::shared();
-    let lease_name = support::DEFAULT_LEASE_NAME;
+    let lease_name = pme_testkit::DEFAULT_LEASE_NAME;
     let rules = rules_without(
         &elector_lease_rules(lease_name),
         "coordination.k8s.io",
@@ -155,7 +154,7 @@ async fn fault_proxy_stalls_cuts_and_slows_requests() {
 #[test]
 fn private_cluster_restarts_in_place_and_keeps_its_data() {
     use nix::sys::signal::Signal;
-    use support::cluster::ControlPlaneProcess;
+    use pme_testkit::cluster::ControlPlaneProcess;
 
     let cluster = Cluster::start_private();
     let rt = tokio::runtime::Builder::new_current_thread()

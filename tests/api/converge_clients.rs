@@ -11,24 +11,23 @@
 //! `--converge-oidc-clients` check, run before the leader instance starts, hands such a client
 //! back to the operator, which then claims it and creates the Secret.
 
-mod support;
-mod support_supervise;
-
 use std::time::Duration;
 
+use crate::product::Sandbox;
+use crate::product::{install_fence, ElectorNamespaces};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use passmower_elector::inject::fence::DENIAL_PREFIX;
-use serde_json::{json, Value};
-use support::fence::{
-    create_client, grant_passmower_rights, install_crds, install_fence, oidc_clients, remove_fence,
-    set_holder, FakePod,
+use pme_testkit::fence::{
+    create_client, grant_passmower_rights, install_crds, oidc_clients, remove_fence, set_holder,
+    FakePod,
 };
-use support::passmower::{free_port, passmower_app, start_passmower_as, start_redis};
-use support::Cluster;
-use support_supervise::Sandbox;
+use pme_testkit::free_port;
+use pme_testkit::passmower::{passmower_app, start_passmower_as, start_redis};
+use pme_testkit::Cluster;
+use serde_json::{json, Value};
 
-const SA: &str = support::cluster::ELECTOR_SERVICE_ACCOUNT;
+const SA: &str = pme_testkit::cluster::ELECTOR_SERVICE_ACCOUNT;
 const CLIENT: &str = "app";
 
 fn secret_name() -> String {
@@ -74,10 +73,10 @@ async fn client_instance(admin: &kube::Client, ns: &str) -> Option<String> {
 
 /// SIGTERM to the supervisor (exec'd by the wrapper shell, so the same PID), which stops both
 /// its instances' groups before it exits; a SIGKILL would leave them running.
-fn stop_supervisor(mut supervisor: support::passmower::Killed) {
+fn stop_supervisor(mut supervisor: pme_testkit::passmower::Killed) {
     let pid = nix::unistd::Pid::from_raw(supervisor.0.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let gone = support::wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+    let gone = pme_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
         matches!(supervisor.0.try_wait(), Ok(Some(_)))
     });
     assert!(gone, "the supervisor did not exit within 30s of SIGTERM");
@@ -239,13 +238,13 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
     // 3b. B's supervisor with the check, as leader: the Secret is created, and it agrees with
     //     Redis.
     let sb = Sandbox::new();
-    sb.write_grant(&support_supervise::leader(1, 1, Duration::from_secs(100)));
+    sb.write_grant(&crate::product::leader(1, 1, Duration::from_secs(100)));
     let flag = sb.flag_file().to_string_lossy().into_owned();
     let idle = passmower_elector::inject::DEFAULT_IDLE_NAMESPACE;
     let leader_selector = format!("NAMESPACE_SELECTOR={}", ns.name);
     let follower_selector = format!("NAMESPACE_SELECTOR={idle}");
     let wrapper = [
-        support_supervise::BIN,
+        crate::product::BIN,
         "supervise",
         "--flag-file",
         &flag,

@@ -5,8 +5,6 @@
 //! Timings are shortened (lease 4s, renew deadline 1.5s, retry 300ms, kill grace 1s) so the
 //! scenarios run in seconds; the safety rule R + K + 1s < D holds for them as for the defaults.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -17,7 +15,10 @@ use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Grant, Mode};
 
-use support::{wait_until, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs};
+use crate::product::{read_grant, ElectorNamespaces};
+use pme_testkit::{
+    wait_until, BootTime, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs,
+};
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
@@ -36,7 +37,7 @@ impl Pods {
     async fn new() -> Pods {
         let ns = Cluster::shared().new_namespace().await;
         let dir = tempfile::tempdir().expect("tempdir");
-        let recorder = GrantRecorder::start(KILL_GRACE, []);
+        let recorder = GrantRecorder::start(KILL_GRACE, [], read_grant);
         Pods {
             ns,
             dir,
@@ -66,7 +67,7 @@ impl Pods {
     }
 
     fn start_with(&mut self, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> usize {
-        self.start_custom(pod, kubeconfig, &support::FAST_TIMINGS, extra, |_| {})
+        self.start_custom(pod, kubeconfig, &pme_testkit::FAST_TIMINGS, extra, |_| {})
     }
 
     /// Starts candidate `pod` with `timings` (the four duration flags), `extra` flags, and
@@ -128,7 +129,7 @@ impl Pods {
 
     /// When pod `index`'s first grant that began after `after` started, per the recorder
     /// (which samples every few milliseconds, so it may need a moment to catch up).
-    fn grant_start(&self, index: usize, after: BootInstant) -> BootInstant {
+    fn grant_start(&self, index: usize, after: BootTime) -> BootTime {
         let suffix = format!("#{index}");
         let mut found = None;
         wait_until(Duration::from_secs(2), POLL, || {
@@ -241,7 +242,7 @@ async fn released_lease_is_acquired_at_once_with_the_next_epoch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_lease_is_created_only_after_one_lease_duration() {
     let mut pods = Pods::new().await;
-    let started = BootInstant::now();
+    let started = BootTime::now();
     pods.start("pod-a");
     pods.start("pod-b");
     let leader = pods.wait_for_leader(Duration::from_secs(20), None);
@@ -288,7 +289,7 @@ async fn crashed_leader_is_replaced_only_after_the_lease_duration() {
     let (mut pods, first) =
         Pods::contending_for_a_released_lease(&["pod-a", "pod-b", "pod-c"]).await;
     std::thread::sleep(Duration::from_millis(700));
-    let killed_at = BootInstant::now();
+    let killed_at = BootTime::now();
     pods.pods[first].signal(Signal::SIGKILL);
     let next = pods.wait_for_leader(Duration::from_secs(20), Some(first));
     let next_grant = pods.grant_start(next, killed_at);
@@ -316,7 +317,7 @@ async fn leader_cut_off_from_the_api_lets_its_grant_lapse_before_anyone_else_lea
     pods.start("pod-b");
     pods.start("pod-c");
     std::thread::sleep(Duration::from_millis(500));
-    let cut_at = BootInstant::now();
+    let cut_at = BootTime::now();
     proxy.blackhole();
     // The partitioned leader's own flag file must say follower once its grant has lapsed.
     let demoted = wait_until(RENEW_DEADLINE + Duration::from_secs(5), POLL, || {
@@ -327,7 +328,7 @@ async fn leader_cut_off_from_the_api_lets_its_grant_lapse_before_anyone_else_lea
         "partitioned leader did not demote\n{}",
         pods.pods[a].logs()
     );
-    let demoted_after = BootInstant::now().saturating_since(cut_at);
+    let demoted_after = BootTime::now().saturating_since(cut_at);
     let next = pods.wait_for_leader(Duration::from_secs(20), Some(a));
     assert_ne!(next, a);
     eprintln!("partitioned leader demoted {demoted_after:?} after the cut");
@@ -367,7 +368,7 @@ async fn stolen_lease_demotes_the_leader_and_the_thief_record_ages_a_full_durati
         pods.start(pod);
     }
     let first = pods.wait_for_leader(Duration::from_secs(20), None);
-    let stolen_at = BootInstant::now();
+    let stolen_at = BootTime::now();
     put_lease(&pods, Some("intruder"), Some(4), Some(9)).await;
     let demoted = wait_until(Duration::from_secs(5), POLL, || {
         pods.grant(first).is_some_and(|g| g.mode == Mode::Follower)
@@ -436,7 +437,7 @@ async fn lease_with_missing_fields_is_tolerated() {
 
     // A holder but no duration: wait our own lease duration.
     let mut pods = Pods::new().await;
-    let put_at = BootInstant::now();
+    let put_at = BootTime::now();
     put_lease(&pods, Some("ghost"), None, None).await;
     let a = pods.start("pod-a");
     pods.wait_for_leader(Duration::from_secs(20), None);
@@ -469,7 +470,7 @@ async fn two_processes_with_the_same_pod_name_never_both_lead() {
         "--flag-file",
         &flag_arg,
     ];
-    args.extend_from_slice(&support::FAST_TIMINGS);
+    args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
     let second = ElectorProcess::elect_with_kubeconfig("twin", &pods.ns, &kubeconfig, &args);
     // Both race for the released Lease; exactly one of them may win it.
     let leads = |path: &std::path::Path| {
@@ -529,14 +530,14 @@ async fn two_processes_with_the_same_pod_name_never_both_lead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_update_permission_nobody_ever_leads() {
     let cluster = Cluster::shared();
-    let rules = support::rules_without(
-        &support::elector_lease_rules(support::DEFAULT_LEASE_NAME),
+    let rules = pme_testkit::rules_without(
+        &crate::product::elector_lease_rules(pme_testkit::DEFAULT_LEASE_NAME),
         "coordination.k8s.io",
         "leases",
         "update",
     );
     let ns = cluster
-        .new_namespace_with(support::DEFAULT_LEASE_NAME, &rules)
+        .new_namespace_with(pme_testkit::DEFAULT_LEASE_NAME, &rules)
         .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let flag = dir.path().join("grant.json");
@@ -992,7 +993,7 @@ async fn handover_waits_out_a_leader_grant_stuck_on_a_broken_volume() {
     let a = pods.start_custom(
         "pod-a",
         &kubeconfig,
-        &support::FAST_TIMINGS,
+        &pme_testkit::FAST_TIMINGS,
         &["--toggle-url", &toggle],
         without_dac_override,
     );
@@ -1004,7 +1005,7 @@ async fn handover_waits_out_a_leader_grant_stuck_on_a_broken_volume() {
     let b = pods.start("pod-b");
     std::thread::sleep(Duration::from_millis(800));
 
-    let broken_at = BootInstant::now();
+    let broken_at = BootTime::now();
     std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o555)).expect("chmod");
     let on_disk = pods.grant(a).expect("the last grant stays on disk");
     let next = pods.wait_for_leader(Duration::from_secs(20), Some(a));
@@ -1012,7 +1013,7 @@ async fn handover_waits_out_a_leader_grant_stuck_on_a_broken_volume() {
     let b_from = pods.grant_start(b, broken_at);
     eprintln!(
         "volume broken; on-disk grant expired {:?} after the break; pod-b led {:?} after it",
-        on_disk.expiry().saturating_since(broken_at),
+        BootTime::from_nanos(on_disk.expires_boottime_ns).saturating_since(broken_at),
         b_from.saturating_since(broken_at)
     );
     std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -1092,7 +1093,7 @@ async fn a_silently_dead_watch_is_noticed_and_a_release_still_taken_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn annotating_the_lease_does_not_postpone_the_takeover() {
     let mut pods = Pods::new().await;
-    let put_at = BootInstant::now();
+    let put_at = BootTime::now();
     put_lease(&pods, Some("dead-holder"), Some(4), Some(3)).await;
     let a = pods.start("pod-a");
     let leases = pods.leases().await;
@@ -1266,7 +1267,7 @@ async fn without_pod_name_the_elector_says_so_and_still_leads() {
     let a = pods.start_custom(
         "pod-a",
         &kubeconfig,
-        &support::FAST_TIMINGS,
+        &pme_testkit::FAST_TIMINGS,
         &extra,
         |cmd| {
             cmd.env_remove("POD_NAME");

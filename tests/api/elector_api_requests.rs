@@ -1,8 +1,6 @@
 //! What the elector sends to the API, counted from a real kube-apiserver's audit log: it
 //! identifies itself, and a failing create cannot turn into a tight loop.
 
-mod support;
-
 use std::ffi::OsStr;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -14,11 +12,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Mode};
 
-use support::audit::AuditedCluster;
-use support::{wait_until, ElectorProcess};
+use pme_testkit::audit::AuditedCluster;
+use pme_testkit::{wait_until, ElectorProcess};
 
 const LEASE: &str = "passmower-operators";
-/// The retry period of `support::FAST_TIMINGS`.
+/// The retry period of `pme_testkit::FAST_TIMINGS`.
 const RETRY_PERIOD: Duration = Duration::from_millis(300);
 
 /// One audited control plane for this test binary, with one user per test.
@@ -89,7 +87,7 @@ fn elector(user: &str, namespace: &str, flag: &std::path::Path) -> ElectorProces
         "--consumer-check",
         "none",
     ];
-    args.extend_from_slice(&support::FAST_TIMINGS);
+    args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
     ElectorProcess::spawn(
         "pod-a",
         &args,

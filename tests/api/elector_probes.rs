@@ -2,8 +2,6 @@
 //! without taking the election down, and the injected sidecar must not gate
 //! the pod's readiness on the API.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -11,7 +9,8 @@ use std::time::{Duration, Instant};
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Mode};
 
-use support::{wait_until, Cluster, ElectorProcess, GrantRecorder};
+use crate::product::{read_grant, ElectorNamespaces};
+use pme_testkit::{wait_until, Cluster, ElectorProcess, GrantRecorder};
 
 const KILL_GRACE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(10);
@@ -77,7 +76,7 @@ async fn half_open_probe_connections_cannot_starve_the_election() {
     cluster.create_released_lease(&ns).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let flag = dir.path().join("grant.json");
-    let mut recorder = GrantRecorder::start(KILL_GRACE, []);
+    let mut recorder = GrantRecorder::start(KILL_GRACE, [], read_grant);
     recorder.watch("pod-a", flag.clone());
     let port = free_port();
     let probe_addr = format!("127.0.0.1:{port}");
@@ -90,7 +89,7 @@ async fn half_open_probe_connections_cannot_starve_the_election() {
         "--probe-addr",
         &probe_addr,
     ];
-    args.extend_from_slice(&support::FAST_TIMINGS);
+    args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
     let elector =
         ElectorProcess::elect_customized("pod-a", &ns, &ns.elector_kubeconfig, &args, low_fd_limit);
     let leads = || {
@@ -188,7 +187,7 @@ async fn a_connection_flood_from_other_addresses_cannot_fail_the_probe_or_stall_
     cluster.create_released_lease(&ns).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let flag = dir.path().join("grant.json");
-    let mut recorder = GrantRecorder::start(KILL_GRACE, []);
+    let mut recorder = GrantRecorder::start(KILL_GRACE, [], read_grant);
     recorder.watch("pod-a", flag.clone());
     let port = free_port();
     // All loopback addresses reach it, as all pod addresses reach the pod IP.
@@ -202,7 +201,7 @@ async fn a_connection_flood_from_other_addresses_cannot_fail_the_probe_or_stall_
         "--probe-addr",
         &probe_addr,
     ];
-    args.extend_from_slice(&support::FAST_TIMINGS);
+    args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
     let elector = ElectorProcess::elect("pod-a", &ns, &args);
     let leads = || {
         grant::read_file(&flag)

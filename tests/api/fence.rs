@@ -7,10 +7,9 @@
 //! the request's user info, as for a token the kubelet mounts. Passmower's CRDs come from the
 //! upstream chart (`PME_UPSTREAM`, default `../shared/upstream/passmower`), read at test time.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::product::{install_fence, ElectorNamespaces};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -18,14 +17,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use passmower_elector::inject::fence::DENIAL_PREFIX;
-use serde_json::json;
-use support::fence::{
-    create_client, grant_passmower_rights, install_crds, install_fence, mint_token, oidc_clients,
-    oidc_users, remove_fence, set_holder, FakePod,
+use pme_testkit::fence::{
+    create_client, grant_passmower_rights, install_crds, mint_token, oidc_clients, oidc_users,
+    remove_fence, set_holder, FakePod,
 };
-use support::{client_from_kubeconfig, Cluster};
+use pme_testkit::{client_from_kubeconfig, Cluster};
+use serde_json::json;
 
-const SA: &str = support::cluster::ELECTOR_SERVICE_ACCOUNT;
+const SA: &str = pme_testkit::cluster::ELECTOR_SERVICE_ACCOUNT;
 
 /// The outcome of one write: admitted, or the apiserver's refusal (code and message).
 type Verdict = Result<(), (u16, String)>;
@@ -548,7 +547,7 @@ fn assert_all_admitted(state: &str, verdicts: &[Verdict; 3]) {
 /// restart, from its first answer on. A private apiserver, as it is restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unrelated_writes_are_admitted_whatever_the_lease_and_the_fence_go_through() {
-    use support::cluster::ControlPlaneProcess;
+    use pme_testkit::cluster::ControlPlaneProcess;
     let cluster = std::sync::Arc::new(Cluster::start_private());
     install_crds(&cluster).await;
     let admin = cluster.admin_client().await;
@@ -676,7 +675,7 @@ async fn unrelated_writes_are_admitted_whatever_the_lease_and_the_fence_go_throu
 /// answers only once its admission plugins are ready).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_apiserver_restart_the_other_pod_is_still_refused() {
-    use support::cluster::ControlPlaneProcess;
+    use pme_testkit::cluster::ControlPlaneProcess;
     let cluster = std::sync::Arc::new(Cluster::start_private());
     install_crds(&cluster).await;
     let admin = cluster.admin_client().await;
@@ -844,13 +843,13 @@ spec:
             "ValidatingAdmissionPolicyBinding"
         ]
     );
-    let mut applier = support::manifests::Applier::new(admin.clone());
+    let mut applier = pme_testkit::manifests::Applier::new(admin.clone());
     for object in &injected.added {
         let doc = serde_json::to_value(object).expect("json");
         applier
-            .send(&doc, &ns.name, support::manifests::Mode::Create)
+            .send(&doc, &ns.name, pme_testkit::manifests::Mode::Create)
             .await
-            .unwrap_or_else(|e| panic!("create {}: {e}", support::manifests::describe(&doc)));
+            .unwrap_or_else(|e| panic!("create {}: {e}", pme_testkit::manifests::describe(&doc)));
     }
     let policy = fence::fence_policy_name(&ns.name, SA);
 
@@ -872,7 +871,7 @@ spec:
             ..Default::default()
         }),
     };
-    let created = support::wait_until_async(
+    let created = pme_testkit::wait_until_async(
         Duration::from_secs(15),
         Duration::from_millis(200),
         || async { leases.create(&PostParams::default(), &lease).await.is_ok() },

@@ -9,8 +9,6 @@
 //! Passmower's CRDs come from the upstream chart (`PME_UPSTREAM`, default
 //! `../shared/upstream/passmower`), read at test time.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,10 +17,11 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, PostParams};
 use passmower_elector::inject::{is_dns1123_label, DEFAULT_IDLE_NAMESPACE};
+use pme_testkit::fence::{install_crds_of, oidc_clients, upstream_dir};
+use pme_testkit::free_port;
+use pme_testkit::passmower::{passmower_app, redis_keys, start_passmower, start_redis};
+use pme_testkit::Cluster;
 use serde_json::{json, Value};
-use support::fence::{install_crds_of, oidc_clients, upstream_dir};
-use support::passmower::{free_port, passmower_app, redis_keys, start_passmower, start_redis};
-use support::Cluster;
 
 /// How long each watch stays open (the server ends it): a few seconds, during which objects
 /// in the near-miss namespaces are created and changed.
@@ -359,7 +358,7 @@ async fn real_passmower_with_the_idle_selector_writes_nothing_beside_near_misses
         return;
     };
     let user = "passmower".to_owned();
-    let cluster = support::audit::AuditedCluster::start(std::slice::from_ref(&user)).await;
+    let cluster = pme_testkit::audit::AuditedCluster::start(std::slice::from_ref(&user)).await;
     let admin = cluster.admin_client().await;
     let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "passmower-all"},
@@ -438,13 +437,14 @@ async fn real_passmower_with_the_idle_selector_writes_nothing_beside_near_misses
         old,
         &dir.path().join("control.log"),
     );
-    let wrote = support::wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
-        cluster.requests_since(offset).iter().any(|r| {
-            r.user == user
-                && WRITE_VERBS.contains(&r.verb.as_str())
-                && r.uri.contains(&format!("/namespaces/{old}/"))
-        })
-    });
+    let wrote =
+        pme_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
+            cluster.requests_since(offset).iter().any(|r| {
+                r.user == user
+                    && WRITE_VERBS.contains(&r.verb.as_str())
+                    && r.uri.contains(&format!("/namespaces/{old}/"))
+            })
+        });
     assert!(
         wrote,
         "Passmower with NAMESPACE_SELECTOR={old} made no write in that existing namespace: \

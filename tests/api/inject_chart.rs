@@ -4,16 +4,10 @@
 //! installs (or the chart and `inject --deny-idle-namespace`) cannot both claim; a kubeVersion
 //! that is true of the APIs its templates use.
 
-mod inject_support;
-mod support;
-
-use std::sync::Mutex;
 use std::time::Duration;
 
-use inject_support::tools::{Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
-use support::Cluster;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use pme_testkit::tools::{Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
+use pme_testkit::Cluster;
 
 const IMAGE_REPOSITORY: &str = "registry.example.com/passmower-elector";
 
@@ -52,7 +46,7 @@ fn chart_install(sandbox: &Sandbox, extra: &str) -> String {
 }
 
 fn notes_route(helm: Helm, header: &str) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(helm, &cluster.admin_kubeconfig());
     let notes = chart_install(&sandbox, "");
@@ -141,7 +135,7 @@ fn notes_run_as_printed_with_helm4() {
 /// Checks against the live Deployment, and names two installs (and `inject`) cannot share.
 #[test]
 fn mismatches_fail_and_cluster_wide_names_are_per_install() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
     sandbox.ok(&format!(

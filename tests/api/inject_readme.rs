@@ -7,34 +7,27 @@
 //! (no kubelet runs it), as tests/inject_support/tools.rs explains. Then the result is checked
 //! on the server.
 
-mod inject_support;
-mod support;
-
-use std::sync::Mutex;
 use std::time::Duration;
 
-use inject_support::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
-use support::Cluster;
+use pme_testkit::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
+use pme_testkit::Cluster;
 
-/// One private control plane at a time: these are the slow tests of the binary.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-const HELM3: &str = include_str!("../docs/install/helm3.md");
-const HELM4: &str = include_str!("../docs/install/helm4.md");
-const KUSTOMIZE: &str = include_str!("../docs/install/kustomize-flux.md");
-const KUBECTL: &str = include_str!("../docs/install/kubectl.md");
+const HELM3: &str = include_str!("../../docs/install/helm3.md");
+const HELM4: &str = include_str!("../../docs/install/helm4.md");
+const KUSTOMIZE: &str = include_str!("../../docs/install/kustomize-flux.md");
+const KUBECTL: &str = include_str!("../../docs/install/kubectl.md");
 
 /// Every page a user installs from, with the blocks it must mark as tested.
 const PAGES: [(&str, &str, &[&str]); 10] = [
-    ("README.md", include_str!("../README.md"), &[]),
+    ("README.md", include_str!("../../README.md"), &[]),
     (
         "docs/install/README.md",
-        include_str!("../docs/install/README.md"),
+        include_str!("../../docs/install/README.md"),
         &[],
     ),
     (
         "docs/install/sidecar-image.md",
-        include_str!("../docs/install/sidecar-image.md"),
+        include_str!("../../docs/install/sidecar-image.md"),
         &[],
     ),
     ("docs/install/helm3.md", HELM3, &["helm3"]),
@@ -42,18 +35,18 @@ const PAGES: [(&str, &str, &[&str]); 10] = [
     ("docs/install/kustomize-flux.md", KUSTOMIZE, &["kustomize"]),
     (
         "docs/install/argocd.md",
-        include_str!("../docs/install/argocd.md"),
+        include_str!("../../docs/install/argocd.md"),
         &[],
     ),
     ("docs/install/kubectl.md", KUBECTL, &["kubectl"]),
     (
         "docs/install/webhook.md",
-        include_str!("../docs/install/webhook.md"),
+        include_str!("../../docs/install/webhook.md"),
         &[],
     ),
     (
         "examples/retrofit-passmower/README.md",
-        include_str!("../examples/retrofit-passmower/README.md"),
+        include_str!("../../examples/retrofit-passmower/README.md"),
         &[],
     ),
 ];
@@ -90,7 +83,19 @@ fn the_docs_name_upstream_as_users_install_it() {
             "{file} names a passmower-elector-inject wrapper"
         );
     }
-    let help = inject_support::run(&["inject", "--help"], "", &[]).stdout;
+    // Without the ELECTOR_* variables of the test's own environment, as a user reads it.
+    let mut inject_help = std::process::Command::new(crate::product::BIN);
+    inject_help.args(["inject", "--help"]);
+    for (key, _) in std::env::vars_os() {
+        if key
+            .to_str()
+            .is_some_and(|k| k.starts_with("ELECTOR_") || k == "HELM_NAMESPACE")
+        {
+            inject_help.env_remove(key);
+        }
+    }
+    let help = inject_help.output().expect("run inject --help");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
     assert!(!help.contains("passmower-elector-inject"), "{help}");
     assert!(
         help.contains("--post-renderer passmower-elector --post-renderer-args inject"),
@@ -167,7 +172,7 @@ fn assert_idle_namespace_unguarded_and_uncreatable(sandbox: &Sandbox) {
 }
 
 fn run_helm_block(markdown: &str, helm: Helm, name: &str) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(helm, &cluster.admin_kubeconfig());
     sandbox.ok(&block(markdown, name));
@@ -198,7 +203,7 @@ fn install_helm4() {
 /// The GitOps path: the Component rendered by the real kustomize, applied server-side.
 #[test]
 fn install_kustomize() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
     sandbox.ok(&block(KUSTOMIZE, "kustomize"));
@@ -222,7 +227,7 @@ fn install_kustomize() {
 /// that `kubectl get deployments -o yaml` prints.
 #[test]
 fn install_kubectl() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
     // A live install made without the post-renderer.
@@ -250,7 +255,7 @@ fn install_kubectl() {
 /// Helm 4 shows why inject failed (it hides the plugin's stderr), and installs nothing.
 #[test]
 fn helm4_shows_why_inject_failed() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V4, &cluster.admin_kubeconfig());
     sandbox.ok("helm plugin install examples/retrofit-passmower/helm4-plugin");

@@ -8,8 +8,6 @@
 //! in the test namespace, whose identity `system:serviceaccount:<ns>:passmower` the harness
 //! holds a token for.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,9 +16,9 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use passmower_elector::grant::{self, Mode};
 use passmower_elector::inject::{inject_str, InjectOptions};
+use pme_testkit::manifests::{parse_stream, Applier, Mode as Send};
+use pme_testkit::{Cluster, ElectorProcess, TestNs};
 use serde_json::Value;
-use support::manifests::{parse_stream, Applier, Mode as Send};
-use support::{Cluster, ElectorProcess, TestNs};
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 /// How long a one-permission-less elector is watched not leading: more than a lease duration
@@ -118,7 +116,7 @@ fn inject_for(ns: &TestNs) -> Injected {
     let rules = role.rules.clone().unwrap_or_default();
     assert_eq!(
         rules,
-        support::elector_lease_rules(&lease),
+        crate::product::elector_lease_rules(&lease),
         "inject's Role is the library's rule set"
     );
     Injected {
@@ -135,6 +133,7 @@ fn inject_for(ns: &TestNs) -> Injected {
 fn injected_rules() -> Vec<PolicyRule> {
     let elsewhere = TestNs {
         name: "elsewhere".into(),
+        api_addr: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
         lease_name: String::new(),
         elector_kubeconfig: Default::default(),
         rules: Vec::new(),
@@ -226,7 +225,7 @@ fn mode(elector: &ElectorProcess) -> Option<Mode> {
 }
 
 async fn wait_for_leader(elector: &ElectorProcess, within: Duration) -> bool {
-    support::wait_until_async(within, Duration::from_millis(50), || async {
+    pme_testkit::wait_until_async(within, Duration::from_millis(50), || async {
         mode(elector) == Some(Mode::Leader)
     })
     .await
@@ -327,7 +326,7 @@ async fn one_permission_less(verbs: &[&str], lease_exists: bool) {
     let cluster = Cluster::shared();
     let mut rules = injected_rules();
     for verb in verbs {
-        rules = support::rules_without(&rules, "coordination.k8s.io", "leases", verb);
+        rules = pme_testkit::rules_without(&rules, "coordination.k8s.io", "leases", verb);
     }
     let (ns, injected) = install(cluster, Some(&rules)).await;
     if lease_exists {
@@ -374,7 +373,8 @@ async fn without_create_on_leases_the_elector_cannot_create_an_absent_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_watch_the_elector_is_refused_its_watch_and_polls() {
     let cluster = Cluster::shared();
-    let rules = support::rules_without(&injected_rules(), "coordination.k8s.io", "leases", "watch");
+    let rules =
+        pme_testkit::rules_without(&injected_rules(), "coordination.k8s.io", "leases", "watch");
     let (ns, injected) = install(cluster, Some(&rules)).await;
     cluster.create_released_lease(&ns).await;
     let port = free_port();
@@ -384,7 +384,7 @@ async fn without_watch_the_elector_is_refused_its_watch_and_polls() {
         "without watch the elector should still lead by polling\n{}",
         elector.logs()
     );
-    let refused = support::wait_until_async(
+    let refused = pme_testkit::wait_until_async(
         Duration::from_secs(5),
         Duration::from_millis(100),
         || async { api_errors(port, "forbidden").await >= 2 },

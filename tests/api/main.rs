@@ -2,6 +2,8 @@
 //! kube-apiserver + etcd, the kit's control plane (one for this binary; private ones where a
 //! test stops it or needs cluster-wide objects of its own).
 
+// Each tier uses its part of the product's side of the kit.
+#[allow(dead_code, unused_imports)]
 #[path = "../product/mod.rs"]
 mod product;
 

@@ -8,14 +8,12 @@
 //! `PME_RENDERED_CHART_DIR` (`.ci/run` always sets it; without it the chart tests say so and
 //! check nothing).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::rbac::v1::Role;
+use pme_testkit::manifests::{describe, parse_stream, Applier, Mode};
+use pme_testkit::Cluster;
 use serde_json::{json, Value};
-use support::manifests::{describe, parse_stream, Applier, Mode};
-use support::Cluster;
 
 /// Namespace for namespaced documents that name none (as `helm template` without `-n`).
 const DEFAULT_NAMESPACE: &str = "pme-dry-run";
@@ -124,7 +122,7 @@ async fn install_podmonitor_crd(applier: &mut Applier) {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
         "metadata": {"name": "probe"}, "spec": {"selector": {}},
     });
-    let ready = support::wait_until_async(
+    let ready = pme_testkit::wait_until_async(
         std::time::Duration::from_secs(30),
         std::time::Duration::from_millis(200),
         || async {

@@ -19,10 +19,6 @@
 //! starts first, so B leads. Then the handovers are graceful (app container SIGTERM, then the
 //! elector), and each new tenure creates a client.
 
-mod support;
-mod support_pods;
-mod support_supervise;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,12 +28,13 @@ use kube::api::{Api, DynamicObject, PostParams};
 use nix::sys::signal::Signal;
 use passmower_elector::inject::native_election::{DEFAULT_NATIVE_LEASE, ENABLED_VAR};
 use passmower_elector::inject::{inject, InjectOptions};
+use pme_testkit::fence::{install_crds_of, oidc_clients};
+use pme_testkit::free_port;
+use pme_testkit::passmower::{passmower_keys, start_redis};
+use pme_testkit::supervise::{Sandbox, Supervisor};
+use pme_testkit::{Cluster, ElectorProcess, TestNs};
 use serde_json::json;
 use serde_norway::Value;
-use support::fence::{install_crds_of, oidc_clients};
-use support::passmower::{free_port, passmower_keys, start_redis};
-use support::{Cluster, ElectorProcess, TestNs};
-use support_supervise::{Sandbox, Supervisor};
 
 /// The elector's Lease: inject's default for Deployment `passmower` (its name).
 const LEASE: &str = "passmower";
@@ -62,7 +59,7 @@ fn tree() -> PathBuf {
 }
 
 fn app() -> Option<PathBuf> {
-    support::passmower::app_dir(
+    pme_testkit::passmower::app_dir(
         "PME_PASSMOWER_APP_24",
         "Point it at a copy of ../shared/upstream/passmower-with-election after `npm install \
          --omit=dev` (`PME_UPSTREAM=../shared/upstream/passmower-with-election scripts/build-passmower-app.sh`)",
@@ -208,9 +205,8 @@ struct PassmowerPod {
 impl PassmowerPod {
     /// The app container: the supervisor running Passmower with `container`'s env.
     fn start_app(bed: &Bed, name: &str, container: &AppContainer) -> PassmowerPod {
-        let sandbox = Sandbox::new();
         // A real pod's shared volume starts empty: no token before its elector writes one.
-        let _ = std::fs::remove_file(sandbox.token_file());
+        let sandbox = Sandbox::new();
         let log = sandbox.path("passmower.log");
         let mut env: Vec<(String, String)> = container
             .env
@@ -278,8 +274,8 @@ impl PassmowerPod {
             "--toggle-url",
             &toggle,
         ];
-        args.extend_from_slice(&support::FAST_TIMINGS);
-        let uid = support_pods::random_uid();
+        args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
+        let uid = pme_testkit::pods::random_uid();
         self.elector = Some(ElectorProcess::elect_in_pod(
             &self.name,
             Some(&uid),
@@ -382,7 +378,7 @@ async fn setup() -> Option<Bed> {
     // The elector's Lease as inject names it (after the workload), not the test bed's default,
     // which is upstream's passmower-operators.
     let ns = cluster
-        .new_namespace_with(LEASE, &support::elector_lease_rules(LEASE))
+        .new_namespace_with(LEASE, &crate::product::elector_lease_rules(LEASE))
         .await;
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": format!("passmower-all-{}", ns.name)},
@@ -398,7 +394,7 @@ async fn setup() -> Option<Bed> {
     let preload = dir.path().join("port-map-preload.mjs");
     std::fs::write(
         &preload,
-        include_str!("../src/supervise/port_map/preload.mjs"),
+        include_str!("../../src/supervise/port_map/preload.mjs"),
     )
     .expect("write the preload");
     let redis_port = free_port();
@@ -435,7 +431,7 @@ async fn run(bed: &Bed, container: &AppContainer) -> Vec<Tenure> {
     let mut pods = vec![PassmowerPod::start_app(bed, "passmower-a", container)];
     // A's serving instance boots and, with its own election on, takes passmower-operators.
     if container.enabled() != Some("false") {
-        let took = support::wait_until_async(
+        let took = pme_testkit::wait_until_async(
             Duration::from_secs(60),
             Duration::from_millis(200),
             || async { upstream_holder(&admin, &ns).await.as_deref() == Some("passmower-a") },
@@ -465,10 +461,11 @@ async fn run(bed: &Bed, container: &AppContainer) -> Vec<Tenure> {
         let client = format!("client-{t}");
         create_client(&admin, &ns, &client).await;
         let created = Instant::now();
-        let done = support::wait_until_async(RECONCILE_LIMIT, Duration::from_millis(200), || {
-            reconciled(&admin, &ns, &client)
-        })
-        .await;
+        let done =
+            pme_testkit::wait_until_async(RECONCILE_LIMIT, Duration::from_millis(200), || {
+                reconciled(&admin, &ns, &client)
+            })
+            .await;
         let tenure = Tenure {
             leader: pods[leader].name.clone(),
             client: client.clone(),

@@ -2,16 +2,14 @@
 //! supervisor, which runs a recording stand-in app. What matters is what the apps did: the old
 //! leader's app must be gone before another pod's app starts in leader mode.
 
-mod support;
-mod support_pods;
-mod support_supervise;
-
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use support::{wait_until, Cluster};
-use support_pods::{assert_leader_runs_disjoint, wait_for_leading_pod, Pod, POLL};
+use crate::product::ElectorNamespaces;
+use pme_testkit::pods::{assert_leader_runs_disjoint, wait_for_leading_pod, Pod};
+use pme_testkit::wait::POLL;
+use pme_testkit::{wait_until, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_elector_demotes_its_app_before_another_pod_promotes() {

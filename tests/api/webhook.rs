@@ -4,16 +4,14 @@
 //! down under both failure policies, certificate rotation under load, and bad HTTP input.
 //! No kubelet runs here: the assertions are on the pods the API server stores.
 
-mod support;
-mod webhook_support;
-
 use std::time::{Duration, Instant};
 
+use crate::product::elector_lease_rules;
+use crate::webhook_harness::*;
 use k8s_openapi::api::core::v1::Pod;
 use passmower_elector::inject::{inject, InjectOptions};
+use pme_testkit::{Cluster, DEFAULT_LEASE_NAME};
 use serde_json::{json, Value};
-use support::{elector_lease_rules, Cluster, DEFAULT_LEASE_NAME};
-use webhook_support::*;
 
 const LEASE_ANNOTATION: &str = "passmower-elector.io/lease";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -22,7 +20,7 @@ const DEPLOYMENT: &str = "passmower";
 
 /// A fresh namespace whose `passmower` ServiceAccount may hold Lease [`DEPLOYMENT`] (what the
 /// chart's Role grants), as the webhook checks before injecting.
-async fn namespace(cluster: &Cluster) -> support::TestNs {
+async fn namespace(cluster: &Cluster) -> pme_testkit::TestNs {
     cluster
         .new_namespace_with(DEPLOYMENT, &elector_lease_rules(DEPLOYMENT))
         .await
@@ -643,7 +641,7 @@ async fn a_certificate_from_files_is_served_and_reloaded_when_they_change() {
         format!("--tls-key-file={}", key.display()),
     );
     let mut webhook = Webhook {
-        process: support::ElectorProcess::spawn(
+        process: pme_testkit::ElectorProcess::spawn(
             "webhook-files",
             &[
                 "webhook",
@@ -660,7 +658,6 @@ async fn a_certificate_from_files_is_served_and_reloaded_when_they_change() {
         ),
         port,
         health_port,
-        configuration: "pme-webhook-files".into(),
     };
     create_configuration(
         &admin,
@@ -698,7 +695,7 @@ async fn a_certificate_from_files_is_served_and_reloaded_when_they_change() {
     write_atomic(&key, &second.key_pem());
     write_atomic(&cert, &second.chain_pem());
     assert!(
-        support::wait_until_async(
+        pme_testkit::wait_until_async(
             Duration::from_secs(10),
             Duration::from_millis(100),
             || async { served(&webhook) == 2.0 }

@@ -4,20 +4,16 @@
 //! ServiceAccount identity and nothing else, keeps its caBundle, checks Lease permissions and
 //! is called for exactly the pods the chart's selectors pick.
 
-mod support;
-#[allow(dead_code)]
-#[path = "inject_support/tools.rs"]
-mod tools;
-mod webhook_support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::product::elector_lease_rules;
+use crate::product::ElectorNamespaces;
+use crate::webhook_harness::*;
+use pme_testkit::manifests::{describe, parse_stream, Applier, Mode};
+use pme_testkit::Cluster;
 use serde_json::{json, Value};
-use support::manifests::{describe, parse_stream, Applier, Mode};
-use support::{elector_lease_rules, Cluster};
-use webhook_support::*;
 
 const RELEASE: &str = "pmw";
 const FULLNAME: &str = "pmw-passmower-elector-webhook";
@@ -148,7 +144,7 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
         POD_SETTINGS,
     ];
     let mut checked = 0;
-    for helm in [tools::helm3(), tools::helm4()] {
+    for helm in [pme_testkit::tools::helm3(), pme_testkit::tools::helm4()] {
         for set in variants {
             // Another release than the installed one below: configurations are cluster-wide.
             let docs = render(&helm, "dry", "passmower-elector-system", set)
@@ -272,7 +268,7 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
         .new_namespace_with("passmower", &elector_lease_rules("passmower"))
         .await;
     let docs = render(
-        &tools::helm3(),
+        &pme_testkit::tools::helm3(),
         RELEASE,
         &home.name,
         &["serviceAccount.name=passmower"],
@@ -316,7 +312,7 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
     let health_flag = format!("--health-addr=127.0.0.1:{health}");
     let config_flag = format!("--webhook-configuration={FULLNAME}");
     let mut webhook = Webhook {
-        process: support::ElectorProcess::spawn(
+        process: pme_testkit::ElectorProcess::spawn(
             "chart-webhook",
             &[
                 "webhook",
@@ -333,7 +329,6 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
         ),
         port: webhook_port,
         health_port: health,
-        configuration: FULLNAME.into(),
     };
     webhook.wait_ready(Duration::from_secs(30));
 
@@ -398,7 +393,7 @@ async fn install_down_configuration(
     namespace: &str,
     namespaces: &[&str],
 ) {
-    let docs = render(&tools::helm3(), release, namespace, &[]).expect("render");
+    let docs = render(&pme_testkit::tools::helm3(), release, namespace, &[]).expect("render");
     let mut config = of_kind(&docs, "MutatingWebhookConfiguration")[0].clone();
     for hook in config["webhooks"].as_array_mut().unwrap() {
         hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{}/mutate", free_port())});
@@ -640,7 +635,7 @@ async fn the_webhooks_service_account_may_change_only_the_ca_bundle() {
     let release = "pmw-vap";
     let fullname = "pmw-vap-passmower-elector-webhook";
     let docs = render(
-        &tools::helm3(),
+        &pme_testkit::tools::helm3(),
         release,
         &home.name,
         &["serviceAccount.name=passmower"],
@@ -679,7 +674,7 @@ async fn the_webhooks_service_account_may_change_only_the_ca_bundle() {
             .await
             .unwrap_or_else(|e| panic!("create {}: {e}", describe(&doc)));
     }
-    let sa = support::cluster::client_from_kubeconfig(&home.elector_kubeconfig).await;
+    let sa = pme_testkit::cluster::client_from_kubeconfig(&home.elector_kubeconfig).await;
     let api = kube::Api::<MutatingWebhookConfiguration>::all(sa.clone());
     let ca = passmower_elector::webhook::issue(
         &["127.0.0.1".into()],

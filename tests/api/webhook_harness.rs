@@ -2,11 +2,9 @@
 //! MutatingWebhookConfiguration that points the real kube-apiserver at it (`clientConfig.url`),
 //! and pods created through the API.
 
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -20,27 +18,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::support::ElectorProcess;
+pub use pme_testkit::free_port;
+use pme_testkit::ElectorProcess;
 
 /// The image the tests inject (never pulled: no kubelet runs these pods).
 pub const IMAGE: &str = "registry.example.com/passmower-elector:test";
 pub const INJECT_LABEL: &str = "passmower-elector.io/inject";
-
-/// A free loopback port (it may be taken again before the webhook binds it; then the start
-/// fails with the webhook's log).
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
 
 /// A running `passmower-elector webhook`.
 pub struct Webhook {
     pub process: ElectorProcess,
     pub port: u16,
     pub health_port: u16,
-    pub configuration: String,
 }
 
 impl Webhook {
@@ -95,7 +84,6 @@ impl Webhook {
             process,
             port,
             health_port,
-            configuration: configuration.to_owned(),
         }
     }
 

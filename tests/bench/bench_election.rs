@@ -15,8 +15,6 @@
 //! and a leader claim lasts until the flag says follower or the grant expires, as the
 //! `GrantRecorder` computes it (without the consumer's kill grace, which the peers lack too).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -28,11 +26,12 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
-use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Mode};
 
-use support::audit::AuditedCluster;
-use support::{ElectorProcess, FaultProxy, GrantRecorder};
+use crate::product::read_grant;
+use passmower_elector::clock::BootInstant;
+use pme_testkit::audit::AuditedCluster;
+use pme_testkit::{BootTime, ElectorProcess, FaultProxy, GrantRecorder};
 
 const CANDIDATES: usize = 3;
 const POLL: Duration = Duration::from_millis(2);
@@ -101,7 +100,7 @@ fn elector_bin() -> PathBuf {
 struct Gen {
     flag: PathBuf,
     /// When it was killed or found exited: its claim ends there at the latest.
-    ended: Option<BootInstant>,
+    ended: Option<BootTime>,
 }
 
 /// One candidate position: its own user, fault proxy and directory; restarted as new `Gen`s.
@@ -129,8 +128,8 @@ struct Group {
 #[derive(Clone, Copy, Debug)]
 struct Claim {
     slot: usize,
-    start: BootInstant,
-    end: BootInstant,
+    start: BootTime,
+    end: BootTime,
 }
 
 impl Group {
@@ -166,6 +165,7 @@ impl Group {
                         dir.path().join(format!("slot-{i}/grant.json")),
                     )
                 }),
+                read_grant,
             )
         });
         Group {
@@ -302,7 +302,7 @@ impl Group {
         if let Some(p) = slot.process.as_mut() {
             if sig == Signal::SIGKILL {
                 if let Some(g) = slot.gens.last_mut() {
-                    g.ended.get_or_insert(BootInstant::now());
+                    g.ended.get_or_insert(BootTime::now());
                 }
             }
             p.signal(sig);
@@ -318,7 +318,7 @@ impl Group {
                 p.wait_exit(Duration::from_secs(5));
             }
             if let Some(g) = slot.gens.last_mut() {
-                g.ended.get_or_insert(BootInstant::now());
+                g.ended.get_or_insert(BootTime::now());
             }
         }
         if let Some(mut c) = slot.consumer.take() {
@@ -348,8 +348,8 @@ impl Group {
 
     /// Slots claiming leadership now, with the claim's start where the wrapper recorded it
     /// (peers) or `None` (ours: the caller takes the time it saw the grant).
-    fn claims_now(&mut self) -> Vec<(usize, Option<BootInstant>)> {
-        let now = BootInstant::now();
+    fn claims_now(&mut self) -> Vec<(usize, Option<BootTime>)> {
+        let now = BootTime::now();
         let mut out = Vec::new();
         for i in 0..CANDIDATES {
             let slot = &mut self.slots[i];
@@ -357,10 +357,9 @@ impl Group {
                 continue;
             };
             if self.kind == Kind::Ours {
-                let leader = grant::read_file(&gen.flag)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|g| g.effective_mode(now) == Mode::Leader);
+                let leader = grant::read_file(&gen.flag).ok().flatten().is_some_and(|g| {
+                    g.effective_mode(BootInstant::from_nanos(now.as_nanos())) == Mode::Leader
+                });
                 if leader {
                     out.push((i, None));
                 }
@@ -381,12 +380,12 @@ impl Group {
     fn wait_leader(
         &mut self,
         other_than: Option<usize>,
-        after: BootInstant,
+        after: BootTime,
         timeout: Duration,
-    ) -> Option<(usize, BootInstant)> {
-        let deadline = BootInstant::now().saturating_add(timeout);
-        while BootInstant::now() < deadline {
-            let seen = BootInstant::now();
+    ) -> Option<(usize, BootTime)> {
+        let deadline = BootTime::now().saturating_add(timeout);
+        while BootTime::now() < deadline {
+            let seen = BootTime::now();
             for (i, at) in self.claims_now() {
                 if Some(i) == other_than {
                     continue;
@@ -405,8 +404,8 @@ impl Group {
 
     /// The one slot claiming leadership, waiting for it (and for the others to settle).
     fn stable_leader(&mut self) -> Option<usize> {
-        let deadline = BootInstant::now().saturating_add(LEADER_TIMEOUT);
-        while BootInstant::now() < deadline {
+        let deadline = BootTime::now().saturating_add(LEADER_TIMEOUT);
+        while BootTime::now() < deadline {
             let claims = self.claims_now();
             if let [(i, _)] = claims.as_slice() {
                 return Some(*i);
@@ -418,7 +417,7 @@ impl Group {
 
     /// Every claim so far, open ones ending now (or when their process ended).
     fn claims(&self) -> Vec<Claim> {
-        let now = BootInstant::now();
+        let now = BootTime::now();
         if let Some(rec) = &self.recorder {
             return rec
                 .intervals()
@@ -434,7 +433,7 @@ impl Group {
         for (i, slot) in self.slots.iter().enumerate() {
             for gen in &slot.gens {
                 let end_of_gen = gen.ended.unwrap_or(now);
-                let mut open: Option<BootInstant> = None;
+                let mut open: Option<BootTime> = None;
                 for (leader, at) in read_events(&gen.flag) {
                     match (leader, open) {
                         (true, None) => open = Some(at),
@@ -474,7 +473,7 @@ fn free_port() -> u16 {
 }
 
 /// `(is_leader, at)` per line of a wrapper's `<flag>.events`.
-fn read_events(flag: &Path) -> Vec<(bool, BootInstant)> {
+fn read_events(flag: &Path) -> Vec<(bool, BootTime)> {
     let mut path = flag.as_os_str().to_owned();
     path.push(".events");
     std::fs::read_to_string(PathBuf::from(path))
@@ -484,20 +483,20 @@ fn read_events(flag: &Path) -> Vec<(bool, BootInstant)> {
             let (mode, ns) = l.split_once(' ')?;
             Some((
                 mode == "leader",
-                BootInstant::from_nanos(ns.trim().parse().ok()?),
+                BootTime::from_nanos(ns.trim().parse().ok()?),
             ))
         })
         .collect()
 }
 
 /// Time within `[from, to]` during which two or more slots claimed leadership.
-fn two_leader_time(claims: &[Claim], from: BootInstant, to: BootInstant) -> Duration {
+fn two_leader_time(claims: &[Claim], from: BootTime, to: BootTime) -> Duration {
     two_leader_episodes(claims, from, to).iter().sum()
 }
 
 /// Each stretch within `[from, to]` during which two or more slots claimed leadership.
-fn two_leader_episodes(claims: &[Claim], from: BootInstant, to: BootInstant) -> Vec<Duration> {
-    let mut edges: Vec<(BootInstant, i32)> = Vec::new();
+fn two_leader_episodes(claims: &[Claim], from: BootTime, to: BootTime) -> Vec<Duration> {
+    let mut edges: Vec<(BootTime, i32)> = Vec::new();
     for c in claims {
         let (s, e) = (c.start.max(from), c.end.min(to));
         if s < e {
@@ -526,8 +525,8 @@ fn two_leader_episodes(claims: &[Claim], from: BootInstant, to: BootInstant) -> 
 }
 
 /// The claims that touch `[from, to]`, as `slot N: start → end` relative to `from`.
-fn timeline(claims: &[Claim], from: BootInstant, to: BootInstant) -> String {
-    let rel = |t: BootInstant| {
+fn timeline(claims: &[Claim], from: BootTime, to: BootTime) -> String {
+    let rel = |t: BootTime| {
         if t < from {
             format!("−{:.2} s", from.saturating_since(t).as_secs_f64())
         } else {
@@ -679,7 +678,7 @@ fn handover_rounds(group: &mut Group, rounds: usize) {
             group.restart_exited();
             continue;
         };
-        let t0 = BootInstant::now();
+        let t0 = BootTime::now();
         group.signal(old, Signal::SIGTERM);
         match group.wait_leader(Some(old), t0, Duration::from_secs(40)) {
             Some((_, at)) => times.push(at.saturating_since(t0)),
@@ -713,7 +712,7 @@ fn crash_rounds(group: &mut Group, rounds: usize) {
         };
         // At least one renewal by this leader, as in steady operation.
         std::thread::sleep(Duration::from_secs(3));
-        let t0 = BootInstant::now();
+        let t0 = BootTime::now();
         group.signal(old, Signal::SIGKILL);
         match group.wait_leader(Some(old), t0, Duration::from_secs(45)) {
             Some((_, at)) => times.push(at.saturating_since(t0)),
@@ -753,19 +752,19 @@ fn fault_run(group: &mut Group, fault: Fault, length: Duration) {
         return;
     };
     std::thread::sleep(Duration::from_secs(2));
-    let from = BootInstant::now();
+    let from = BootTime::now();
     match fault {
         Fault::Partition => group.slots[old].proxy.blackhole(),
         Fault::Pause => group.signal(old, Signal::SIGSTOP),
     }
     std::thread::sleep(length);
-    let healed = BootInstant::now();
+    let healed = BootTime::now();
     match fault {
         Fault::Partition => group.slots[old].proxy.pass(),
         Fault::Pause => group.signal(old, Signal::SIGCONT),
     }
     std::thread::sleep(Duration::from_secs(12));
-    let to = BootInstant::now();
+    let to = BootTime::now();
     let claims = group.claims();
     safety.two_leaders = two_leader_time(&claims, from, to);
     safety.timeline = timeline(&claims, from, to);
@@ -918,9 +917,9 @@ fn side_by_side() {
         }
     });
     eprintln!("crashes done after {:?}", started.elapsed());
-    let mark = BootInstant::now();
+    let mark = BootTime::now();
     for g in &groups {
-        let e = two_leader_episodes(&g.claims(), BootInstant::from_nanos(0), mark);
+        let e = two_leader_episodes(&g.claims(), BootTime::from_nanos(0), mark);
         RESULTS.with_group(g.kind, |r| r.two_leader_episodes = e);
     }
     for fault in [Fault::Partition, Fault::Pause] {

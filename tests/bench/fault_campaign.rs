@@ -2,22 +2,23 @@
 //! private etcd + kube-apiserver, with process kills and freezes, per-pod partitions, control
 //! plane restarts and hand edits of the Lease drawn from a seeded schedule. Two leaders in
 //! operator mode at once is a failure however rare; so is a leaderless gap longer than the
-//! bound of the fault that caused it (see `support_campaign::schedule::FaultKind::bound`).
+//! bound of the fault that caused it (see `schedule::FaultKind::bound`).
 //!
 //! CI runs about a minute. A longer run, with any seed:
 //!
 //! ```sh
 //! PME_CAMPAIGN_DURATION=10m PME_CAMPAIGN_SEED=42 \
-//!   cargo test --release --test fault_campaign -- --ignored --nocapture
+//!   cargo test --release --test bench fault_campaign -- --ignored --nocapture
 //! ```
 //! or `scripts/campaign.sh --duration 10m --seed 42`.
 
-mod support;
-mod support_campaign;
+mod campaign;
+mod pod;
+mod schedule;
 
 use std::time::Duration;
 
-use support_campaign::{run, summary, Config};
+use campaign::{run, summary, Config};
 
 fn campaign(default_duration: Duration) {
     let config = Config::from_env(default_duration);

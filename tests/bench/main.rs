@@ -2,6 +2,8 @@
 //! side-by-side election benchmark, `supervise`'s own figures and the fault campaign (whose
 //! safety and liveness are asserted).
 
+// Each tier uses its part of the product's side of the kit.
+#[allow(dead_code, unused_imports)]
 #[path = "../product/mod.rs"]
 mod product;
 

@@ -4,12 +4,10 @@
 //! `cargo test --test supervise_bench -- --ignored --nocapture`; set `SUPERVISE_BIN` to measure
 //! another build, e.g. `SUPERVISE_BIN=target/release/passmower-elector` after `cargo build --release`.
 
-mod support_supervise;
-
 use std::time::{Duration, Instant};
 
+use crate::product::*;
 use passmower_elector::clock::BootInstant;
-use support_supervise::*;
 
 const ROUNDS: usize = 20;
 const LIMIT: Duration = Duration::from_secs(15);

@@ -1,19 +1,17 @@
 //! The one-node cluster itself: a pod gets its own address and reaches the apiserver through
 //! the `kubernetes` Service (kube-proxy), and the node leaves nothing behind on the host.
 
-mod support;
-mod support_node;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 
-use support_node::{config, pods, Node};
+use pme_testkit::node::{config, pods, Node};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_gets_its_own_address() {
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     eprintln!("node started in {:?}", node.started_in);
     let ns = node.new_namespace("smoke").await;
     let client = node.admin_client().await;
@@ -26,7 +24,7 @@ async fn a_pod_gets_its_own_address() {
     .unwrap();
     let api = Api::<Pod>::namespaced(client, &ns);
     api.create(&PostParams::default(), &pod).await.unwrap();
-    let ready = support::wait_until_async(
+    let ready = pme_testkit::wait_until_async(
         Duration::from_secs(90),
         Duration::from_millis(250),
         || async {
@@ -63,7 +61,8 @@ async fn a_pod_gets_its_own_address() {
 /// its projected ServiceAccount token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_reaches_the_api_through_the_kubernetes_service() {
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let ns = node.new_namespace("smoke-api").await;
     let image = node.passmower_image();
     let script = r#"
@@ -87,7 +86,7 @@ https.get({
     .unwrap();
     let api = Api::<Pod>::namespaced(node.admin_client().await, &ns);
     api.create(&PostParams::default(), &pod).await.unwrap();
-    let done = support::wait_until_async(
+    let done = pme_testkit::wait_until_async(
         Duration::from_secs(90),
         Duration::from_millis(250),
         || async {
@@ -116,7 +115,8 @@ https.get({
 /// hard-code, and no network namespace of the node's pods is visible on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_mount_table_is_untouched() {
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let ns = node.new_namespace("smoke-mounts").await;
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pause"},
@@ -127,7 +127,7 @@ async fn the_host_mount_table_is_untouched() {
     .unwrap();
     let api = Api::<Pod>::namespaced(node.admin_client().await, &ns);
     api.create(&PostParams::default(), &pod).await.unwrap();
-    let ready = support::wait_until_async(
+    let ready = pme_testkit::wait_until_async(
         Duration::from_secs(90),
         Duration::from_millis(250),
         || async {
@@ -158,7 +158,7 @@ async fn the_host_mount_table_is_untouched() {
                 // binary's node running at the same time; anything else leaked from inside.
                 || mount_point
                     .strip_prefix("/run/netns/")
-                    .is_some_and(|name| !name.starts_with(support_node::PREFIX))
+                    .is_some_and(|name| !name.starts_with(pme_testkit::node::PREFIX))
         })
         .collect();
     assert!(leaked.is_empty(), "mounts visible on the host: {leaked:#?}");

@@ -7,21 +7,18 @@
 //! The tests of this file share one node and one install and run one at a time. Rounds per
 //! fault: `PME_REAL_PODS_ROUNDS` (default 1; `scripts/real-pods.sh` runs 3).
 
-mod support;
-mod support_node;
-
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use support_node::audit::{self, now_us};
-use support_node::passmower::{self, ElectionMode, Install, APP_CONTAINER};
-use support_node::single_writer::{
+use pme_testkit::node::audit::{self, now_us};
+use pme_testkit::node::passmower::{self, ElectionMode, Install, APP_CONTAINER};
+use pme_testkit::node::single_writer::{
     app_processes, assert_one_operator, assert_single_writer, leader_instance_mode,
 };
-use support_node::{pods, report, Node};
+use pme_testkit::node::{pods, report, Node};
 
 /// The tests change the one install (faults, restarts): one at a time. (tokio's Mutex: the
 /// guard is held across awaits, and a failed test does not poison it.)
@@ -224,8 +221,9 @@ impl OperatorSampler {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_reconciles_with_the_real_selector() {
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
 
     // The retrofit is there: the chart's Deployment, rewritten by inject.
@@ -634,12 +632,12 @@ async fn inject(
             t_fault = now_us();
             tokio::task::spawn_blocking(move || {
                 node.stop(
-                    support_node::config::Component::KubeApiserver,
+                    pme_testkit::node::config::Component::KubeApiserver,
                     Signal::SIGTERM,
                     Duration::from_secs(15),
                 );
                 std::thread::sleep(Duration::from_secs(2));
-                node.restart(support_node::config::Component::KubeApiserver)
+                node.restart(pme_testkit::node::config::Component::KubeApiserver)
                     .expect("restart the apiserver");
             })
             .await
@@ -749,8 +747,9 @@ fn summary(values: &mut [f64]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_keep_one_writer_and_reconcile() {
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
     let client = node.admin_client().await;
     let rounds = rounds();
@@ -765,14 +764,14 @@ async fn faults_keep_one_writer_and_reconcile() {
     let cluster_ip = service.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
     let budget = Duration::from_secs(3600);
     let path = "/.well-known/openid-configuration";
-    let pod_loop = support_node::http::HttpLoop::start(
+    let pod_loop = pme_testkit::node::http::HttpLoop::start(
         node,
         path,
         Duration::from_millis(200),
         Duration::from_secs(1),
         budget,
     );
-    let service_loop = support_node::http::HttpLoop::start(
+    let service_loop = pme_testkit::node::http::HttpLoop::start(
         node,
         path,
         Duration::from_millis(200),
@@ -803,7 +802,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
             let client = node.admin_client().await;
-            let reconciled = support::wait_until_async(
+            let reconciled = pme_testkit::wait_until_async(
                 Duration::from_secs(240),
                 Duration::from_millis(100),
                 || install.client_reconciled(&client, &name),
@@ -818,7 +817,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             if fault == Fault::ScaleDown {
                 // Wait for the removed pods to be gone before counting the handovers, then
                 // scale back up (new pods start as followers: no handover).
-                let gone = support::wait_until_async(
+                let gone = pme_testkit::wait_until_async(
                     Duration::from_secs(120),
                     Duration::from_millis(300),
                     || async { install.pods(&client).await.len() == 1 },
@@ -1182,9 +1181,10 @@ impl ReadinessTracker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_outage_keeps_a_replica_in_service() {
     use nix::sys::signal::Signal;
-    use support_node::config::Component;
+    use pme_testkit::node::config::Component;
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
     install.wait_steady(node, Duration::from_secs(300)).await;
     let client = node.admin_client().await;
@@ -1254,8 +1254,9 @@ async fn apiserver_outage_keeps_a_replica_in_service() {
 async fn a_pod_whose_app_image_cannot_be_pulled_never_leads() {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::api::{Api, DeleteParams, PostParams};
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
     if install.election != ElectionMode::Ours {
         report("unpullable app image: not run (Passmower's own election, no elector)");
@@ -1422,8 +1423,9 @@ async fn a_pod_whose_app_image_cannot_be_pulled_never_leads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wedged_elector_is_restarted_by_liveness() {
     use nix::sys::signal::Signal;
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
     install.wait_steady(node, Duration::from_secs(300)).await;
     let client = node.admin_client().await;
@@ -1438,7 +1440,7 @@ async fn a_wedged_elector_is_restarted_by_liveness() {
     let pods_api = kube::Api::<Pod>::namespaced(client.clone(), &install.namespace);
     // Liveness: period 10s, 3 failures, then the kubelet's stop (SIGTERM is not delivered to
     // a stopped process: the termination grace period runs out before SIGKILL).
-    let restarted = support::wait_until_async(
+    let restarted = pme_testkit::wait_until_async(
         Duration::from_secs(180),
         Duration::from_millis(250),
         || async {
@@ -1457,7 +1459,7 @@ async fn a_wedged_elector_is_restarted_by_liveness() {
         "the wedged elector of {name} was not restarted in 180s"
     );
     let reconciled =
-        support::wait_until_async(Duration::from_secs(120), Duration::from_millis(100), || {
+        pme_testkit::wait_until_async(Duration::from_secs(120), Duration::from_millis(100), || {
             install.client_reconciled(&client, "wedged")
         })
         .await;
@@ -1477,8 +1479,9 @@ async fn a_wedged_elector_is_restarted_by_liveness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "keeps a node up for a person to look at; run by hand"]
 async fn hold_for_a_look() {
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let _serial = serial().await;
-    let node = Node::shared();
     let install = install(node).await;
     let hold: u64 = std::env::var("PME_HOLD")
         .ok()
@@ -1505,7 +1508,8 @@ async fn demo_handover() {
     let _serial = serial().await;
     let say = |s: &str| println!("\n\x1b[1m== {s}\x1b[0m");
     say("starting a one-node Kubernetes and installing Passmower (helm + inject, 3 replicas)");
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let install = install(node).await;
     let client = node.admin_client().await;
     println!(

@@ -6,9 +6,6 @@
 //! replica writes operator objects (from the apiserver's audit log). Admission latency and the
 //! webhook's RSS are printed and written to the real-pod report.
 
-mod support;
-mod support_node;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,9 +14,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use support_node::passmower::{self, helm_cmd, Install, Retrofit, APP_CONTAINER};
-use support_node::single_writer::assert_one_operator;
-use support_node::{pods, report, Node};
+use pme_testkit::node::passmower::{self, helm_cmd, Install, Retrofit, APP_CONTAINER};
+use pme_testkit::node::single_writer::assert_one_operator;
+use pme_testkit::node::{pods, report, Node};
 
 /// Where the webhook chart is installed (cluster-wide, once), as its values suggest.
 const WEBHOOK_NAMESPACE: &str = "passmower-elector-system";
@@ -308,7 +305,8 @@ fn webhook_rss(node: &Node, webhook_pods: &[Pod]) -> Vec<(String, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passmower_from_its_chart_with_only_the_namespace_label_has_one_writer() {
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let client = node.admin_client().await;
     let (sidecar, _) = node.sidecar_image();
 

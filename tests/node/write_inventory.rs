@@ -14,9 +14,6 @@
 //! install works (Ready replicas, a leader, the client reconciled by the leader only) and that no
 //! follower wrote an operator object to the apiserver; the Redis side is reported, not asserted.
 
-mod support;
-mod support_node;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write as _};
 use std::process::{Command, Stdio};
@@ -26,11 +23,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
-use support_node::audit::{self, now_us};
-use support_node::config::{NODE_IP, REDIS_PORT};
-use support_node::passmower::{self, Generation, Install, Retrofit};
-use support_node::single_writer::assert_single_writer;
-use support_node::{pods, report, Node};
+use pme_testkit::node::audit::{self, now_us};
+use pme_testkit::node::config::{NODE_IP, REDIS_PORT};
+use pme_testkit::node::passmower::{self, Generation, Install, Retrofit};
+use pme_testkit::node::single_writer::assert_single_writer;
+use pme_testkit::node::{pods, report, Node};
 
 /// Flush interval given to every instance: short enough that a minute sees a dozen flushes.
 const FLUSH_SECONDS: &str = "5";
@@ -87,7 +84,8 @@ const REDIS_WRITES: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a minute and more on real pods; scripts/write-inventory.sh runs it per generation"]
 async fn follower_write_inventory() {
-    let node = Node::shared();
+    let node_use = Node::of_group(module_path!()).await;
+    let node = node_use.node();
     let generation = Generation::from_env();
     let client = node.admin_client().await;
     let started = now_us();
@@ -365,7 +363,7 @@ fn redis_monitor(node: &Node, log: &std::path::Path) -> std::process::Child {
         .stdout(file)
         .stderr(Stdio::null());
     node.ns.enter(&mut cmd, &node.layout.dir, &[]);
-    support::process::spawn_tracked(cmd).expect("run redis-cli monitor")
+    pme_testkit::process::spawn_tracked(cmd).expect("run redis-cli monitor")
 }
 
 fn user_resource() -> ApiResource {

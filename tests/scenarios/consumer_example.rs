@@ -5,8 +5,6 @@
 //! "stopped" to its ack file when SIGTERM ends it. Runs the built example (`cargo test --all-targets`, which
 //! `scripts/test.sh` runs, builds it) as a child process, killed by PID if the test fails.
 
-mod support;
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,8 +13,8 @@ use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::auth::{self, Key, Token};
 use passmower_elector::grant::{self, Grant, Order};
+use pme_testkit::ElectorProcess;
 use serde_json::Value;
-use support::ElectorProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LEASE: &str = "auth/passmower";
@@ -93,7 +91,7 @@ async fn wait_for_ack(
     mode: &str,
     within: Duration,
 ) {
-    let ok = support::wait_until_async(within, Duration::from_millis(20), || async {
+    let ok = pme_testkit::wait_until_async(within, Duration::from_millis(20), || async {
         ack(flag_file).is_some_and(|a| a["seq"] == seq && a["mode"] == mode)
     })
     .await;
@@ -145,7 +143,7 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
         &[&flag_file.to_string_lossy(), &listen],
         &[] as &[(&str, &OsStr)],
     );
-    let up = support::wait_until_async(
+    let up = pme_testkit::wait_until_async(
         Duration::from_secs(10),
         Duration::from_millis(20),
         || async {

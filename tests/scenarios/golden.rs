@@ -1,8 +1,4 @@
-//! Shared helpers of the `inject` tests: run the binary with stdin, read golden files.
-
-#![allow(dead_code)]
-
-pub mod tools;
+//! What the `inject` scenarios share: run the binary with stdin, read golden files.
 
 use std::io::Write;
 use std::path::PathBuf;

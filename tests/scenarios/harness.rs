@@ -2,8 +2,6 @@
 //! fed synthetic looks (and real flag files) with and without two simultaneous leaders. And
 //! `ElectorProcess` must capture, signal and reap by PID.
 
-mod support;
-
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,17 +13,18 @@ use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Grant, Order};
 
-use support::{ElectorProcess, GrantRecorder, GrantTimeline, Seen};
+use crate::product::{read_grant, view};
+use pme_testkit::{BootTime, ElectorProcess, GrantRecorder, GrantTimeline, Seen};
 
 const GRACE: Duration = Duration::from_secs(3);
 
-fn ms(n: u64) -> BootInstant {
+fn ms(n: u64) -> BootTime {
     // Far from zero, so "previous look" arithmetic never saturates.
-    BootInstant::from_nanos(1_000_000_000_000 + n * 1_000_000)
+    BootTime::from_nanos(1_000_000_000_000 + n * 1_000_000)
 }
 
-fn leader(pod: &str, incarnation: u64, epoch: u64, expires: BootInstant) -> Seen {
-    Seen::Object(Grant::leader(
+fn leader(pod: &str, incarnation: u64, epoch: u64, expires: BootTime) -> Seen {
+    Seen::Object(view(&Grant::leader(
         pod,
         epoch,
         Order {
@@ -33,12 +32,12 @@ fn leader(pod: &str, incarnation: u64, epoch: u64, expires: BootInstant) -> Seen
             seq: 1,
         },
         "ns/l",
-        expires,
-    ))
+        BootInstant::from_nanos(expires.as_nanos()),
+    )))
 }
 
 fn follower(holder: &str) -> Seen {
-    Seen::Object(Grant::follower(
+    Seen::Object(view(&Grant::follower(
         holder,
         0,
         Order {
@@ -46,7 +45,7 @@ fn follower(holder: &str) -> Seen {
             seq: 9,
         },
         "ns/l",
-    ))
+    )))
 }
 
 /// a leads from 0 ms and is demoted (follower object) at 4000 ms; b's grant appears at `b_at`.
@@ -154,7 +153,7 @@ fn recorder_catches_two_leaders_in_real_flag_files() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
     let grace = Duration::from_millis(100);
-    let recorder = GrantRecorder::start(grace, [("a".to_owned(), a.clone())]);
+    let recorder = GrantRecorder::start(grace, [("a".to_owned(), a.clone())], read_grant);
     recorder.watch("b", b.clone());
     let expires = BootInstant::now().saturating_add(Duration::from_secs(5));
     let grant = |holder: &str, incarnation| {
@@ -170,7 +169,7 @@ fn recorder_catches_two_leaders_in_real_flag_files() {
         )
     };
     grant::write_file(&a, &grant("a", 1)).unwrap();
-    assert!(support::wait_until(
+    assert!(pme_testkit::wait_until(
         Duration::from_secs(2),
         Duration::from_millis(5),
         || recorder.leaders() == ["a"]
@@ -178,7 +177,7 @@ fn recorder_catches_two_leaders_in_real_flag_files() {
     recorder.assert_no_overlap();
 
     grant::write_file(&b, &grant("b", 2)).unwrap();
-    assert!(support::wait_until(
+    assert!(pme_testkit::wait_until(
         Duration::from_secs(2),
         Duration::from_millis(5),
         || recorder.leaders().len() == 2
@@ -196,7 +195,7 @@ fn recorder_reports_a_garbled_flag_file() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.json");
     std::fs::write(&a, b"{\"mode\":\"king\"}").unwrap();
-    let mut recorder = GrantRecorder::start(GRACE, [("a".to_owned(), a)]);
+    let mut recorder = GrantRecorder::start(GRACE, [("a".to_owned(), a)], read_grant);
     std::thread::sleep(Duration::from_millis(50));
     recorder.stop();
     assert!(catch_unwind(AssertUnwindSafe(|| recorder.assert_no_overlap())).is_err());

@@ -1,9 +1,7 @@
 //! Bad input to `passmower-elector inject`: each case exits 2, prints nothing on stdout (no
 //! partial output for a pipe to apply) and says on stderr what is wrong and where.
 
-mod inject_support;
-
-use inject_support::{golden, inject, run, ExitStatus, IMAGE};
+use crate::golden::{golden, inject, run, ExitStatus, IMAGE};
 
 /// Runs ARGS (starting with `inject`; the test image is added), asserts exit 2 with empty
 /// stdout, returns stderr.
@@ -13,7 +11,7 @@ fn refused(args: &[&str], input: &str, env: &[(&str, &str)]) -> String {
     check_refused(out)
 }
 
-fn check_refused(out: inject_support::Output) -> String {
+fn check_refused(out: crate::golden::Output) -> String {
     assert_eq!(out.status, ExitStatus::Code(2), "stderr: {}", out.stderr);
     assert_eq!(out.stdout, "", "a refused injection must print nothing");
     assert!(!out.stderr.is_empty());

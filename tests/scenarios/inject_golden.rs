@@ -2,9 +2,7 @@
 //! through the binary and compared with its `.out.yaml`. `UPDATE_GOLDEN=1 cargo test --test
 //! inject_golden` rewrites the expected files instead of comparing (review the diff!).
 
-mod inject_support;
-
-use inject_support::{golden, golden_path, inject, ExitStatus, IMAGE};
+use crate::golden::{golden, golden_path, inject, ExitStatus, IMAGE};
 use passmower_elector::inject::{inject_str, InjectOptions, WorkloadKind};
 
 /// Compares `actual` with the golden file `name`, or rewrites it under UPDATE_GOLDEN=1.

@@ -2,12 +2,10 @@
 //! kustomize over the original manifests, gives the objects `inject` prints, field for field
 //! (lists Kubernetes treats as sets compared as sets; the order of init containers kept).
 
-mod inject_support;
-
 use std::collections::BTreeMap;
 
-use inject_support::tools::{kustomize, Helm, Sandbox};
-use inject_support::{golden_path, IMAGE};
+use crate::golden::{golden_path, IMAGE};
+use pme_testkit::tools::{kustomize, Helm, Sandbox};
 use serde_json::Value;
 
 /// Lists whose order Kubernetes ignores, with their merge key: kustomize puts the items a

@@ -1,11 +1,10 @@
 //! Bad input to `supervise` exits 2 with a message naming the flag, before any child starts.
 
-mod support_supervise;
-
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
-use support_supervise::*;
+use crate::product::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 /// Runs `supervise` with `args` (bounded by the supervisor's own validation, which happens before
 /// anything long-running), with a command that would leave a marker if it were ever started.
@@ -29,7 +28,7 @@ fn run_in(sb: &Sandbox, args: &[&str], runner: Option<&[&str]>, env: &[(&str, &s
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    let exited = wait_until(std::time::Duration::from_secs(20), || {
+    let exited = wait_until(std::time::Duration::from_secs(20), POLL, || {
         matches!(child.try_wait(), Ok(Some(_)))
     });
     if !exited {
@@ -313,7 +312,7 @@ fn durations_that_spin_or_storm_are_refused_with_their_range() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    let ran = wait_until(std::time::Duration::from_secs(20), || {
+    let ran = wait_until(std::time::Duration::from_secs(20), POLL, || {
         sb.path("ran").exists()
     });
     let _ = child.kill();

@@ -3,8 +3,6 @@
 //! is reset before the flag file is first read; a token file it cannot read means follower only;
 //! and `copy-self` writes 0755 whatever the umask.
 
-mod support_supervise;
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -12,10 +10,11 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::product::*;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::Mode as FileMode;
 use passmower_elector::grant::Mode;
-use support_supervise::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
 const MODE_FLAGS: [&str; 4] = [
@@ -123,11 +122,11 @@ fn a_fifo_at_the_flag_files_path_neither_blocks_nor_counts_as_a_grant() {
     std::thread::sleep(Duration::from_millis(500));
     let m = mode_within(&sv, Duration::from_secs(5)).expect("the supervisor stopped answering");
     assert!(
-        wait_until(LIMIT, || sv.log_contains("not a regular file")),
+        wait_until(LIMIT, POLL, || sv.log_contains("not a regular file")),
         "the FIFO was not reported"
     );
     assert!(
-        wait_until(LIMIT, || mode_within(&sv, Duration::from_secs(5))
+        wait_until(LIMIT, POLL, || mode_within(&sv, Duration::from_secs(5))
             .is_some_and(|m| m["mode"] == "follower")),
         "a FIFO kept the leader: {m}"
     );
@@ -151,7 +150,7 @@ fn a_symlink_at_the_flag_files_path_is_never_followed() {
     let sv = start_recording(&sb);
     sv.wait_mode("follower", LIMIT).expect("follower child");
     assert!(
-        wait_until(LIMIT, || sv.log_contains("symbolic link")),
+        wait_until(LIMIT, POLL, || sv.log_contains("symbolic link")),
         "the symlink was not reported"
     );
     std::thread::sleep(Duration::from_millis(600)); // a couple of periodic re-reads
@@ -171,7 +170,7 @@ fn a_huge_flag_file_is_not_read() {
             .expect("sparse file")
     });
     assert!(
-        wait_until(LIMIT, || sv.log_contains("larger than 65536 bytes")),
+        wait_until(LIMIT, POLL, || sv.log_contains("larger than 65536 bytes")),
         "the huge file was not refused by its size"
     );
     assert!(mode_within(&sv, Duration::from_secs(2)).is_some());
@@ -203,7 +202,7 @@ fn an_unreadable_token_means_follower_only_and_says_the_fix() {
         "the mode gives it no read permission"
     };
     assert!(
-        wait_until(LIMIT, || sv
+        wait_until(LIMIT, POLL, || sv
             .log_contains("cannot read the elector's token file")
             && sv.log_contains(cause)),
         "no error saying the cause and the fix"
@@ -259,7 +258,7 @@ fn a_root_supervisor_without_capabilities_names_the_dropped_capability() {
         "the supervisor kept capabilities: {status}"
     );
     assert!(
-        wait_until(LIMIT, || sv.log_contains(&format!(
+        wait_until(LIMIT, POLL, || sv.log_contains(&format!(
             "cannot read the elector's token file {}: it is owned by uid 65532, mode 0600, and \
              this process runs as uid 0 without CAP_DAC_OVERRIDE (capabilities dropped)",
             sb.token_file().display()

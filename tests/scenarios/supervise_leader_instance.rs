@@ -3,13 +3,12 @@
 //! and obeys all of it (acks, dead man's switch, kill grace, failed-start count); a Node app's
 //! listening ports are moved out of the serving instance's way by `--leader-port-map`.
 
-mod support_supervise;
-
 use std::time::{Duration, Instant};
 
+use crate::product::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support_supervise::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
 const FLAGS: [&str; 5] = [
@@ -34,7 +33,7 @@ fn serving_pid(sv: &Supervisor) -> Option<i32> {
 fn wait_serving(sv: &Supervisor, sb: &Sandbox) -> i32 {
     let mut pid = None;
     assert!(
-        wait_until(LIMIT, || {
+        wait_until(LIMIT, POLL, || {
             pid = serving_pid(sv);
             pid.is_some_and(|p| sb.starts().iter().any(|(s, _)| *s == p))
         }),
@@ -123,12 +122,12 @@ fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_insta
     let granted = Instant::now();
     assert_eq!(sv.push(&leader(1, 1, ttl)).0, 200);
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader instance");
-    assert!(wait_until(LIMIT, || !sb.lines("helper").is_empty()));
+    assert!(wait_until(LIMIT, POLL, || !sb.lines("helper").is_empty()));
     let helper: i32 = sb.lines("helper")[0].trim().parse().expect("helper pid");
 
     // No elector: the grant lapses on its own.
     assert!(
-        wait_until(LIMIT, || !exists(leader_pid) && !exists(helper)),
+        wait_until(LIMIT, POLL, || !exists(leader_pid) && !exists(helper)),
         "the leader instance's group is gone"
     );
     let gone = granted.elapsed();
@@ -141,7 +140,7 @@ fn the_leader_instance_is_killed_by_expiry_plus_kill_grace_and_the_serving_insta
     );
     assert!(alive(serving), "the serving instance went with the lapse");
     assert_eq!(serving_pid(&sv), Some(serving));
-    assert!(wait_until(LIMIT, || sb
+    assert!(wait_until(LIMIT, POLL, || sb
         .ack()
         .is_some_and(|a| a["mode"] == "follower")));
 }
@@ -160,14 +159,14 @@ fn a_lapse_noticed_past_expiry_plus_kill_grace_kills_the_leader_instance_at_once
     let leader_pid = sv
         .wait_started(&sb, "leader", LIMIT)
         .expect("leader instance");
-    assert!(wait_until(LIMIT, || !sb.lines("helper").is_empty()));
+    assert!(wait_until(LIMIT, POLL, || !sb.lines("helper").is_empty()));
     let helper: i32 = sb.lines("helper")[0].trim().parse().expect("helper pid");
     sv.signal(Signal::SIGSTOP);
     let overdue = g
         .expiry()
         .saturating_add(Duration::from_millis(2300))
         .as_nanos();
-    assert!(wait_until(LIMIT, || {
+    assert!(wait_until(LIMIT, POLL, || {
         passmower_elector::clock::BootInstant::now().as_nanos() >= overdue
     }));
     assert!(
@@ -177,7 +176,7 @@ fn a_lapse_noticed_past_expiry_plus_kill_grace_kills_the_leader_instance_at_once
     sv.signal(Signal::SIGCONT);
     let resumed = Instant::now();
     assert!(
-        wait_until(LIMIT, || !exists(leader_pid) && !exists(helper)),
+        wait_until(LIMIT, POLL, || !exists(leader_pid) && !exists(helper)),
         "the leader instance's group was never killed"
     );
     let took = resumed.elapsed();
@@ -207,7 +206,7 @@ fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_on
     let serving = wait_serving(&sv, &sb);
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
-        wait_until(LIMIT, || sb
+        wait_until(LIMIT, POLL, || sb
             .ack()
             .and_then(|a| a["leader_start_failures"].as_u64())
             .is_some_and(|n| n >= 2)),
@@ -237,7 +236,7 @@ fn a_crashed_serving_instance_restarts_and_the_leader_instance_is_left_alone() {
     kill(Pid::from_raw(serving), Signal::SIGKILL).expect("kill serving instance");
     let mut again = None;
     assert!(
-        wait_until(LIMIT, || {
+        wait_until(LIMIT, POLL, || {
             again = serving_pid(&sv).filter(|p| *p != serving);
             again.is_some()
         }),
@@ -352,7 +351,7 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader instance");
     assert!(
-        wait_until(LIMIT, || sb.lines("starts").len() == 2),
+        wait_until(LIMIT, POLL, || sb.lines("starts").len() == 2),
         "both instances listen: {:?}",
         sb.lines("starts")
     );
@@ -399,7 +398,8 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
     );
     // The move goes to stderr, which reaches the log through a pipe: it may trail the record.
     assert!(
-        wait_until(LIMIT, || sv.log_contains("leader instance: listen on port")),
+        wait_until(LIMIT, POLL, || sv
+            .log_contains("leader instance: listen on port")),
         "the move is logged"
     );
     // The fixed ports still answer from the serving instance.
@@ -417,7 +417,7 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
     wait_serving(&sv, &sb);
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
-        wait_until(LIMIT, || sb
+        wait_until(LIMIT, POLL, || sb
             .ack()
             .and_then(|a| a["leader_start_failures"].as_u64())
             .is_some_and(|n| n >= 1)),
@@ -425,7 +425,7 @@ fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_wit
         sb.ack()
     );
     assert!(
-        wait_until(LIMIT, || sv.log_contains("EADDRINUSE")),
+        wait_until(LIMIT, POLL, || sv.log_contains("EADDRINUSE")),
         "the collision is in the log"
     );
 }
@@ -488,14 +488,14 @@ fn agents_preloaded_through_node_options_are_moved_with_the_apps_ports() {
     );
     wait_serving(&sv, &sb);
     assert!(
-        wait_until(LIMIT, || sb.lines("agents").len() == 2),
+        wait_until(LIMIT, POLL, || sb.lines("agents").len() == 2),
         "the serving instance's agents listen: {:?}",
         sb.lines("agents")
     );
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader instance");
     assert!(
-        wait_until(LIMIT, || sb.lines("agents").len() == 4
+        wait_until(LIMIT, POLL, || sb.lines("agents").len() == 4
             && sb.lines("starts").len() == 2),
         "the leader instance's agents and app listen too: agents {:?}, starts {:?}",
         sb.lines("agents"),
@@ -555,7 +555,7 @@ fn app_with_lingering_helper(sb: &Sandbox, linger: Duration) -> std::path::PathB
 /// The newest helper's PID, once the leader instance has started it.
 fn newest_helper(sb: &Sandbox, count: usize) -> i32 {
     assert!(
-        wait_until(LIMIT, || sb.lines("helper").len() >= count),
+        wait_until(LIMIT, POLL, || sb.lines("helper").len() >= count),
         "helper {count} started"
     );
     sb.lines("helper")[count - 1]
@@ -598,12 +598,12 @@ fn a_demotion_is_acked_only_once_the_leader_instances_whole_group_is_gone() {
     sb.write_grant(&leader(1, 3, Duration::from_secs(60)));
     sv.wait_started(&sb, "leader", LIMIT).expect("leader again");
     let helper = newest_helper(&sb, 2);
-    assert!(wait_until(LIMIT, || sb
+    assert!(wait_until(LIMIT, POLL, || sb
         .ack()
         .is_some_and(|a| a["mode"] == "leader" && a["seq"] == 3)));
     sb.write_grant(&follower(1, 4));
     let mut early = None;
-    let acked = wait_until(LIMIT, || {
+    let acked = wait_until(LIMIT, POLL, || {
         let demoted = sb
             .ack()
             .is_some_and(|a| a["mode"] == "follower" && a["seq"] == 4);
@@ -639,7 +639,8 @@ fn a_forged_or_unverified_grant_never_starts_a_leader_instance() {
     let (status, body) = sv.push(&leader(2, 1, Duration::from_secs(60)));
     assert_eq!(status, 403, "{body}");
     assert!(
-        wait_until(LIMIT, || sv.log_contains("cannot be tied to the elector")),
+        wait_until(LIMIT, POLL, || sv
+            .log_contains("cannot be tied to the elector")),
         "the flag file's forgeries were not refused"
     );
     // Long enough for a start the refusal failed to prevent to be recorded.
@@ -694,7 +695,7 @@ fn the_serving_instance_never_has_the_leader_environment_or_arguments() {
     // The serving instance crashes while the pod leads: its restart is a serving one too.
     kill(Pid::from_raw(serving), Signal::SIGKILL).expect("kill serving instance");
     assert!(
-        wait_until(LIMIT, || sb.lines("starts").len() == 3),
+        wait_until(LIMIT, POLL, || sb.lines("starts").len() == 3),
         "{:?}",
         sb.lines("starts")
     );

@@ -2,11 +2,10 @@
 //! and by pushes, acks only after the old group is gone, the dead man's switch, ordering,
 //! renewals, crash-loop backoff and the alternative policies.
 
-mod support_supervise;
-
 use std::time::{Duration, Instant};
 
-use support_supervise::*;
+use crate::product::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
 const MODE_FLAGS: [&str; 4] = [
@@ -30,7 +29,10 @@ fn without_a_flag_file_it_starts_as_follower_and_acks_that() {
     let pid = sv
         .wait_started(&sb, "follower", LIMIT)
         .expect("follower child");
-    assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.ack().is_some()),
+        "ack written"
+    );
     assert_eq!(sb.ack().expect("ack")["mode"], "follower");
     assert_eq!(sb.starts(), vec![(pid, "follower".to_owned())]);
 }
@@ -163,7 +165,7 @@ fn a_demotion_is_acked_only_after_the_whole_process_group_is_gone() {
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
     assert!(
-        wait_until(LIMIT, || !sb.lines("helper").is_empty()),
+        wait_until(LIMIT, POLL, || !sb.lines("helper").is_empty()),
         "helper started"
     );
     let helper: i32 = sb.lines("helper")[0].trim().parse().expect("helper pid");
@@ -287,7 +289,7 @@ fn renewals_move_the_expiry_without_restarting_the_app() {
             assert_eq!(sv.push(&g).0, 200);
         } else {
             sb.write_grant(&g);
-            assert!(wait_until(LIMIT, || sv.mode()["seq"].as_u64() == Some(seq)));
+            assert!(wait_until(LIMIT, POLL, || sv.mode()["seq"].as_u64() == Some(seq)));
         }
         let m = sv.mode();
         let expiry = m["expires_boottime_ns"].as_u64().unwrap_or(0);
@@ -330,7 +332,8 @@ fn a_crashing_app_is_restarted_with_backoff_and_the_count_is_visible() {
         &[app.to_str().unwrap_or_default()],
     );
     assert!(
-        wait_until(LIMIT, || sv.mode()["restarts"].as_u64().unwrap_or(0) >= 3),
+        wait_until(LIMIT, POLL, || sv.mode()["restarts"].as_u64().unwrap_or(0)
+            >= 3),
         "restarts counted"
     );
     let window = Instant::now();
@@ -360,7 +363,10 @@ fn a_crashing_app_is_restarted_with_backoff_and_the_count_is_visible() {
 fn on_follower_stop_runs_nothing_until_promoted() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &["--on-follower", "stop"]);
-    assert!(wait_until(LIMIT, || sb.ack().is_some()), "ack written");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.ack().is_some()),
+        "ack written"
+    );
     assert_eq!(sb.ack().expect("ack")["mode"], "follower");
     assert!(sv.mode()["child_pid"].is_null());
     assert!(sb.starts().is_empty());
@@ -380,7 +386,7 @@ fn on_change_signal_tells_the_app_instead_of_restarting_it() {
         .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
-        wait_until(LIMIT, || sb
+        wait_until(LIMIT, POLL, || sb
             .lines("signals")
             .iter()
             .any(|l| l.starts_with(&format!("USR2 {pid}")))),
@@ -416,12 +422,13 @@ fn a_leader_found_past_its_expiry_plus_the_grace_is_killed_at_once() {
         .as_nanos();
     assert!(wait_until(
         LIMIT,
+        POLL,
         || passmower_elector::clock::BootInstant::now().as_nanos() >= overdue
     ));
     sv.signal(nix::sys::signal::Signal::SIGCONT);
     let resumed = Instant::now();
     assert!(
-        wait_until(LIMIT, || !alive(leader_pid)),
+        wait_until(LIMIT, POLL, || !alive(leader_pid)),
         "the overdue leader was never stopped"
     );
     let took = resumed.elapsed();
@@ -431,7 +438,7 @@ fn a_leader_found_past_its_expiry_plus_the_grace_is_killed_at_once() {
         "leader killed {took:?} after the supervisor woke, past its expiry + grace"
     );
     eprintln!("overdue leader killed {took:?} after the supervisor woke");
-    assert!(wait_until(LIMIT, || sv.mode()["mode"] == "follower"));
+    assert!(wait_until(LIMIT, POLL, || sv.mode()["mode"] == "follower"));
 }
 
 #[test]
@@ -464,7 +471,7 @@ fn on_change_signal_acks_a_demotion_only_after_the_kill_grace() {
     // at the file only after the grace (a fixed sleep here did).
     let mut acked_follower = None;
     assert!(
-        wait_until(LIMIT, || {
+        wait_until(LIMIT, POLL, || {
             let ack = sb.ack();
             let follower = ack.as_ref().is_some_and(|a| {
                 (a["mode"].as_str(), a["seq"].as_u64()) == (Some("follower"), Some(2))
@@ -517,7 +524,7 @@ fn on_change_signal_a_promotion_during_the_demotion_grace_supersedes_it() {
     let port = sv.port;
     let body = sv.sign(&follower(1, 2)).to_json();
     let demotion = std::thread::spawn(move || http(port, "POST", "/", &body));
-    assert!(wait_until(LIMIT, || sv.mode()["transitioning"] == true));
+    assert!(wait_until(LIMIT, POLL, || sv.mode()["transitioning"] == true));
     let (status, body) = sv.push(&leader(1, 3, Duration::from_secs(60)));
     assert_eq!(status, 200, "{body}");
     let (status, body) = demotion
@@ -541,7 +548,10 @@ fn no_leader_runs_until_the_ack_file_left_by_a_previous_supervisor_is_replaced()
     std::fs::create_dir(&ack_path).expect("mkdir");
     sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
     let sv = start_recording(&sb, &["--reread-interval", "200ms"]);
-    assert!(wait_until(LIMIT, || !sb.starts().is_empty()), "app started");
+    assert!(
+        wait_until(LIMIT, POLL, || !sb.starts().is_empty()),
+        "app started"
+    );
     std::thread::sleep(Duration::from_millis(1000));
     let starts = sb.starts();
     assert!(
@@ -633,7 +643,8 @@ fn a_forged_flag_file_is_never_obeyed_and_the_electors_next_object_still_is() {
     for (what, forged) in forgeries() {
         sb.write_raw_grant(&forged);
         assert!(
-            wait_until(LIMIT, || sv.log_contains("cannot be tied to the elector")),
+            wait_until(LIMIT, POLL, || sv
+                .log_contains("cannot be tied to the elector")),
             "{what}: the flag file's object was not refused"
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -708,7 +719,8 @@ fn a_restarted_elector_s_leader_grant_continues_the_app_without_a_restart() {
     sb.elector_restart(incarnation);
     let first = leader(incarnation, 1, Duration::from_secs(60));
     sb.write_grant(&first);
-    assert!(wait_until(LIMIT, || sv.mode()["incarnation"].as_u64()
+    assert!(wait_until(LIMIT, POLL, || sv.mode()["incarnation"]
+        .as_u64()
         == Some(incarnation)));
     // The push of the same object is a repeat, acked.
     assert_eq!(sv.push(&first).0, 200);

@@ -2,13 +2,12 @@
 //! a leader's leftovers and a late-noticed lapse killed by expiry + K (also in signal mode), and
 //! failed leader starts reported in the signed ack for the elector's step-down.
 
-mod support_supervise;
-
 use std::time::{Duration, Instant};
 
+use crate::product::*;
 use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
-use support_supervise::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -33,7 +32,7 @@ fn app_with_stubborn_helper(sb: &Sandbox) -> std::path::PathBuf {
 
 fn helper_pid(sb: &Sandbox) -> i32 {
     assert!(
-        wait_until(LIMIT, || !sb.lines("helper").is_empty()),
+        wait_until(LIMIT, POLL, || !sb.lines("helper").is_empty()),
         "helper started"
     );
     sb.lines("helper")[0].trim().parse().expect("helper pid")
@@ -71,7 +70,7 @@ fn a_longer_kill_grace_than_the_electors_is_clamped_to_the_electors() {
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
     let helper = helper_pid(&sb);
     assert!(
-        wait_until(LIMIT, || sv.log_contains("longer than the elector's")),
+        wait_until(LIMIT, POLL, || sv.log_contains("longer than the elector's")),
         "the clamp was not logged"
     );
     assert_eq!(sv.mode()["kill_grace_ns"].as_u64(), Some(800_000_000));
@@ -120,7 +119,7 @@ fn a_leader_apps_leftovers_get_no_more_than_the_electors_kill_grace() {
     std::fs::write(sb.path("exit-now"), b"").expect("tell the app to exit");
     let exited = Instant::now();
     assert!(
-        wait_until(LIMIT, || !alive(helper)),
+        wait_until(LIMIT, POLL, || !alive(helper)),
         "the helper was never killed"
     );
     let took = exited.elapsed();
@@ -161,11 +160,11 @@ fn a_leader_apps_leftovers_found_past_expiry_plus_k_are_killed_at_once() {
         .expiry()
         .saturating_add(Duration::from_millis(2300))
         .as_nanos();
-    assert!(wait_until(LIMIT, || BootInstant::now().as_nanos() >= overdue));
+    assert!(wait_until(LIMIT, POLL, || BootInstant::now().as_nanos() >= overdue));
     sv.signal(Signal::SIGCONT);
     let resumed = Instant::now();
     assert!(
-        wait_until(LIMIT, || !alive(helper)),
+        wait_until(LIMIT, POLL, || !alive(helper)),
         "the helper was never killed"
     );
     let took = resumed.elapsed();
@@ -204,16 +203,16 @@ fn on_change_signal_a_lapse_noticed_late_stops_the_app_by_expiry_plus_k() {
     assert_eq!(sv.push(&g).0, 200);
     // Frozen from well before the expiry until after it.
     let freeze_at = g.expiry().saturating_sub(Duration::from_secs(1)).as_nanos();
-    assert!(wait_until(LIMIT, || BootInstant::now().as_nanos() >= freeze_at));
+    assert!(wait_until(LIMIT, POLL, || BootInstant::now().as_nanos() >= freeze_at));
     sv.signal(Signal::SIGSTOP);
     let wake_at = g
         .expiry()
         .saturating_add(Duration::from_millis(500))
         .as_nanos();
-    assert!(wait_until(LIMIT, || BootInstant::now().as_nanos() >= wake_at));
+    assert!(wait_until(LIMIT, POLL, || BootInstant::now().as_nanos() >= wake_at));
     sv.signal(Signal::SIGCONT);
     assert!(
-        wait_until(LIMIT, || !alive(pid)),
+        wait_until(LIMIT, POLL, || !alive(pid)),
         "the app that was leader still runs: nothing enforced expiry + K"
     );
     let died = BootInstant::now();
@@ -265,7 +264,7 @@ fn on_change_signal_a_lapse_on_time_is_signalled_before_the_expiry() {
             .collect::<Vec<_>>()
     };
     assert!(
-        wait_until(LIMIT, || usr2().len() == 2),
+        wait_until(LIMIT, POLL, || usr2().len() == 2),
         "no demotion signal"
     );
     let demoted = usr2()[1];
@@ -313,7 +312,7 @@ fn failed_leader_starts_are_counted_in_the_signed_ack_and_reset_by_a_demotion() 
     sv.wait_mode("follower", LIMIT).expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
     assert!(
-        wait_until(LIMIT, || sb
+        wait_until(LIMIT, POLL, || sb
             .ack_object()
             .is_some_and(|a| a.leader_start_failures >= 3)),
         "no failure count in the ack: {:?}",

@@ -1,13 +1,12 @@
 //! PID-1 duties of `supervise`: signals reach the app, the supervisor exits with the app's code
 //! (or 128+signal), an app that ignores SIGTERM is killed after the grace, orphans are reaped.
 
-mod support_supervise;
-
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
+use crate::product::*;
 use nix::sys::signal::Signal;
-use support_supervise::*;
+use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -44,7 +43,10 @@ fn sigterm_is_forwarded_and_the_supervisor_exits_with_the_childs_code() {
     let sb = Sandbox::new();
     let app = sb.recording_app(Some(7));
     let mut sv = Supervisor::start(&sb, &[], &[app.to_str().unwrap_or_default()]);
-    assert!(wait_until(LIMIT, || sb.starts().len() == 1), "app started");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.starts().len() == 1),
+        "app started"
+    );
     sv.signal(Signal::SIGTERM);
     let status = sv.wait_exit(LIMIT).expect("supervisor exits after SIGTERM");
     assert_eq!(status.code(), Some(7));
@@ -58,7 +60,10 @@ fn hup_usr1_usr2_are_forwarded_without_stopping_the_child() {
     let sb = Sandbox::new();
     let app = sb.recording_app(Some(0));
     let sv = Supervisor::start(&sb, &[], &[app.to_str().unwrap_or_default()]);
-    assert!(wait_until(LIMIT, || sb.starts().len() == 1), "app started");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.starts().len() == 1),
+        "app started"
+    );
     for (sig, name) in [
         (Signal::SIGHUP, "HUP"),
         (Signal::SIGUSR1, "USR1"),
@@ -66,7 +71,7 @@ fn hup_usr1_usr2_are_forwarded_without_stopping_the_child() {
     ] {
         sv.signal(sig);
         assert!(
-            wait_until(LIMIT, || sb
+            wait_until(LIMIT, POLL, || sb
                 .lines("signals")
                 .iter()
                 .any(|l| l.starts_with(name))),
@@ -85,7 +90,10 @@ fn sigint_is_forwarded_and_ends_the_supervisor_with_the_childs_code() {
     let sb = Sandbox::new();
     let app = sb.recording_app(Some(0));
     let mut sv = Supervisor::start(&sb, &[], &[app.to_str().unwrap_or_default()]);
-    assert!(wait_until(LIMIT, || sb.starts().len() == 1), "app started");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.starts().len() == 1),
+        "app started"
+    );
     sv.signal(Signal::SIGINT);
     let status = sv.wait_exit(LIMIT).expect("supervisor exits after SIGINT");
     assert_eq!(status.code(), Some(130));
@@ -100,7 +108,10 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_and_the_exit_is_137() {
         &["--kill-grace", "600ms"],
         &[app.to_str().unwrap_or_default()],
     );
-    assert!(wait_until(LIMIT, || sb.starts().len() == 1), "app started");
+    assert!(
+        wait_until(LIMIT, POLL, || sb.starts().len() == 1),
+        "app started"
+    );
     let child = sb.starts()[0].0;
     let sent = Instant::now();
     sv.signal(Signal::SIGTERM);
@@ -136,7 +147,7 @@ fn orphaned_grandchildren_are_reaped() {
     );
     let sv = Supervisor::start(&sb, &[], &[app.to_str().unwrap_or_default()]);
     assert!(
-        wait_until(LIMIT, || sb.lines("orphans").len() == 3),
+        wait_until(LIMIT, POLL, || sb.lines("orphans").len() == 3),
         "orphans started"
     );
     let orphans: Vec<i32> = sb
@@ -146,14 +157,14 @@ fn orphaned_grandchildren_are_reaped() {
         .collect();
     assert_eq!(orphans.len(), 3);
     assert!(
-        wait_until(LIMIT, || orphans.iter().all(|&p| !exists(p))),
+        wait_until(LIMIT, POLL, || orphans.iter().all(|&p| !exists(p))),
         "orphans were reaped (not left as zombies): {:?}",
         orphans.iter().filter(|&&p| exists(p)).collect::<Vec<_>>()
     );
     // Let the app's own short sleeps come and go, then look for any zombie we left.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        wait_until(Duration::from_secs(2), || zombie_children(sv.pid())
+        wait_until(Duration::from_secs(2), POLL, || zombie_children(sv.pid())
             .is_empty()),
         "zombies left under the supervisor: {:?}",
         zombie_children(sv.pid())

@@ -109,7 +109,7 @@ impl Layout {
         let server = format!("https://{NODE_IP}:{API_PORT}");
         let ca = fs::read(self.path("pki/ca.crt")).map_err(|e| format!("read ca: {e}"))?;
         for (user, token) in TOKENS {
-            super::super::support::cluster::write_kubeconfig(
+            crate::cluster::write_kubeconfig(
                 &self.path(&format!("{user}.kubeconfig")),
                 &server,
                 &ca,

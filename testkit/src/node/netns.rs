@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::super::support::process;
+use crate::process;
 
 /// Host paths that get a private tmpfs in the node's mount namespace (see the module doc).
 const PRIVATE_PATHS: &[&str] = &[

@@ -654,7 +654,7 @@ fn post_renderer(
     env: &[(&str, &str)],
 ) -> PathBuf {
     let path = dir.join("inject-post-renderer.sh");
-    let bin = env!("CARGO_BIN_EXE_passmower-elector");
+    let bin = crate::elector::binary().display();
     let d = |d: Duration| format!("{}ms", d.as_millis());
     let mut script = String::from("#!/bin/sh\nset -e\n");
     let mut stages = Vec::new();
@@ -720,7 +720,7 @@ pub fn helm_binary() -> PathBuf {
     if let Some(h) = std::env::var_os("PME_HELM3").or_else(|| std::env::var_os("PME_HELM")) {
         return PathBuf::from(h);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-helm.sh");
+    let script = crate::repo().join("scripts/build-helm.sh");
     let out = Command::new(&script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())

@@ -135,12 +135,11 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
     // An OIDCClient created through the API is reconciled, by the leader pod only.
     let t0 = Instant::now();
     install.create_client(&client, client_name).await;
-    let reconciled = super::super::support::wait_until_async(
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || install.client_reconciled(&client, client_name),
-    )
-    .await;
+    let reconciled =
+        crate::wait_until_async(Duration::from_secs(60), Duration::from_millis(100), || {
+            install.client_reconciled(&client, client_name)
+        })
+        .await;
     assert!(reconciled, "OIDCClient {client_name} not reconciled in 60s");
     report(&format!(
         "OIDCClient {client_name} reconciled {:.0} ms after its creation",

@@ -10,6 +10,8 @@
 //! - a missing file ends nothing: the consumer may still obey the last grant until it expires.
 //!
 //! The recorder and the electors read the same CLOCK_BOOTTIME, so expiries compare directly.
+//! The kit does not read the product's grant files itself: the test passes a reader (the
+//! product's own, see `tests/product`) that turns a file into a [`Seen`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,8 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use passmower_elector::clock::BootInstant;
-use passmower_elector::grant::{self, Grant, Mode};
+use crate::clock::BootTime;
 
 /// How often the recorder reads every flag file.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -34,11 +35,11 @@ pub struct GrantInterval {
     pub incarnation: u64,
     pub epoch: u64,
     /// No later than the moment the grant object appeared.
-    pub start: BootInstant,
+    pub start: BootTime,
     /// No earlier than the moment the grant stopped being in force.
-    pub end: BootInstant,
+    pub end: BootTime,
     /// The consumer may run until here: `end` + kill grace.
-    pub consumer_end: BootInstant,
+    pub consumer_end: BootTime,
     /// Still held when this snapshot was taken (`end` is the current expiry).
     pub open: bool,
 }
@@ -49,12 +50,27 @@ impl GrantInterval {
     }
 }
 
+/// What the oracle needs of one grant object: whether it grants leadership, to whom, which
+/// elector incarnation and epoch wrote it, and when it lapses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantView {
+    pub leader: bool,
+    pub holder: String,
+    pub incarnation: u64,
+    pub epoch: u64,
+    /// `expires_boottime_ns` (0 for a follower).
+    pub expiry: BootTime,
+}
+
+/// Reads one flag file as the product does: `Ok(None)` when there is none.
+pub type ReadGrant = fn(&std::path::Path) -> Result<Option<GrantView>, String>;
+
 /// What the recorder saw at one look at a pod's flag file.
 #[derive(Clone, Debug)]
 pub enum Seen {
     /// No file (yet).
     Missing,
-    Object(Grant),
+    Object(GrantView),
     /// The file exists but is not a grant object: a protocol violation, reported as such.
     Unreadable(String),
 }
@@ -64,13 +80,13 @@ struct OpenGrant {
     holder: String,
     incarnation: u64,
     epoch: u64,
-    start: BootInstant,
-    expiry: BootInstant,
+    start: BootTime,
+    expiry: BootTime,
 }
 
 #[derive(Debug, Default)]
 struct PodTrack {
-    last_look: Option<BootInstant>,
+    last_look: Option<BootTime>,
     open: Option<OpenGrant>,
 }
 
@@ -95,17 +111,17 @@ impl GrantTimeline {
 
     /// Records that `pod`'s flag file showed `seen` at `at`. Looks at one pod must come in
     /// time order.
-    pub fn observe(&mut self, pod: &str, at: BootInstant, seen: &Seen) {
+    pub fn observe(&mut self, pod: &str, at: BootTime, seen: &Seen) {
         self.observe_read(pod, at, at, seen)
     }
 
     /// As [`Self::observe`] for a read that began at `began` and returned at `at`: a new grant
     /// starts no later than the previous read's `began`, an end is stamped with `at`.
-    pub fn observe_read(&mut self, pod: &str, began: BootInstant, at: BootInstant, seen: &Seen) {
+    pub fn observe_read(&mut self, pod: &str, began: BootTime, at: BootTime, seen: &Seen) {
         let grace = self.kill_grace;
         let track = self.pods.entry(pod.to_owned()).or_default();
         let previous_look = track.last_look.replace(began).unwrap_or(began);
-        let close = |open: OpenGrant, end: BootInstant| GrantInterval {
+        let close = |open: OpenGrant, end: BootTime| GrantInterval {
             pod: pod.to_owned(),
             holder: open.holder,
             incarnation: open.incarnation,
@@ -123,7 +139,7 @@ impl GrantTimeline {
             closed.push(close(o, expiry));
         }
         match seen {
-            Seen::Object(g) if g.mode == Mode::Leader && g.expiry() > at => {
+            Seen::Object(g) if g.leader && g.expiry > at => {
                 let same = track
                     .open
                     .as_ref()
@@ -131,7 +147,7 @@ impl GrantTimeline {
                 if same {
                     let o = track.open.as_mut().expect("checked above");
                     // A consumer that has not read the newer object yet obeys the older one.
-                    o.expiry = o.expiry.max(g.expiry());
+                    o.expiry = o.expiry.max(g.expiry);
                 } else {
                     if let Some(o) = track.open.take() {
                         closed.push(close(o, at));
@@ -141,7 +157,7 @@ impl GrantTimeline {
                         incarnation: g.incarnation,
                         epoch: g.epoch,
                         start: previous_look,
-                        expiry: g.expiry(),
+                        expiry: g.expiry,
                     });
                 }
             }
@@ -185,7 +201,7 @@ impl GrantTimeline {
     }
 
     /// Pods holding a grant that has not expired at `now`.
-    pub fn leaders_at(&self, now: BootInstant) -> Vec<String> {
+    pub fn leaders_at(&self, now: BootTime) -> Vec<String> {
         self.pods
             .iter()
             .filter(|(_, t)| t.open.as_ref().is_some_and(|o| o.expiry > now))
@@ -220,7 +236,7 @@ impl GrantTimeline {
         }
         let all = self.intervals();
         let origin = all.first().map(|i| i.start).unwrap_or_default();
-        let ms = |t: BootInstant| t.saturating_since(origin).as_secs_f64() * 1000.0;
+        let ms = |t: BootTime| t.saturating_since(origin).as_secs_f64() * 1000.0;
         let describe = |i: &GrantInterval| {
             format!(
                 "{} (holder {}, incarnation {}, epoch {}): {:.1}ms .. {:.1}ms, consumer until {:.1}ms{}",
@@ -262,6 +278,7 @@ impl GrantTimeline {
 struct Shared {
     timeline: Mutex<GrantTimeline>,
     files: Mutex<Vec<(String, PathBuf)>>,
+    read: ReadGrant,
     stop: AtomicBool,
 }
 
@@ -274,14 +291,17 @@ pub struct GrantRecorder {
 }
 
 impl GrantRecorder {
-    /// Records `files` (pod name, flag-file path); more can be added with [`Self::watch`].
+    /// Records `files` (pod name, flag-file path), each read with `read`; more can be added
+    /// with [`Self::watch`].
     pub fn start(
         kill_grace: Duration,
         files: impl IntoIterator<Item = (String, PathBuf)>,
+        read: ReadGrant,
     ) -> GrantRecorder {
         let shared = Arc::new(Shared {
             timeline: Mutex::new(GrantTimeline::new(kill_grace)),
             files: Mutex::new(files.into_iter().collect()),
+            read,
             stop: AtomicBool::new(false),
         });
         let worker = Arc::clone(&shared);
@@ -306,7 +326,7 @@ impl GrantRecorder {
 
     /// Pods holding an unexpired grant now.
     pub fn leaders(&self) -> Vec<String> {
-        lock(&self.shared.timeline).leaders_at(BootInstant::now())
+        lock(&self.shared.timeline).leaders_at(BootTime::now())
     }
 
     pub fn assert_no_overlap(&self) {
@@ -333,13 +353,13 @@ fn record(shared: &Shared) {
     while !shared.stop.load(Ordering::SeqCst) && started.elapsed() < MAX_RECORDING {
         let files = lock(&shared.files).clone();
         for (pod, path) in &files {
-            let began = BootInstant::now();
-            let seen = match grant::read_file(path) {
+            let began = BootTime::now();
+            let seen = match (shared.read)(path) {
                 Ok(None) => Seen::Missing,
                 Ok(Some(g)) => Seen::Object(g),
-                Err(e) => Seen::Unreadable(e.to_string()),
+                Err(e) => Seen::Unreadable(e),
             };
-            let at = BootInstant::now();
+            let at = BootTime::now();
             lock(&shared.timeline).observe_read(pod, began, at, &seen);
         }
         std::thread::sleep(SAMPLE_EVERY);

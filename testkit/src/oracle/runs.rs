@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use passmower_elector::clock::BootInstant;
+use crate::clock::BootTime;
 
 /// How often the record files are read.
 const TAIL_EVERY: Duration = Duration::from_millis(5);
@@ -36,20 +36,20 @@ pub struct LeaderInterval {
     pub pod: usize,
     pub pid: i32,
     /// The start record.
-    pub start: BootInstant,
+    pub start: BootTime,
     /// The stop record, if the child's TERM handler wrote one.
-    pub stop_record: Option<BootInstant>,
+    pub stop_record: Option<BootTime>,
     /// When the observer knew the child had exited.
-    pub exit_seen: Option<BootInstant>,
+    pub exit_seen: Option<BootTime>,
 }
 
 impl LeaderInterval {
     /// The end: the stop record, else the exit as seen; `None` while the child runs.
-    pub fn end(&self) -> Option<BootInstant> {
+    pub fn end(&self) -> Option<BootTime> {
         self.stop_record.or(self.exit_seen)
     }
 
-    pub fn end_or(&self, now: BootInstant) -> BootInstant {
+    pub fn end_or(&self, now: BootTime) -> BootTime {
         self.end().unwrap_or(now)
     }
 }
@@ -232,31 +232,25 @@ fn on_line(shared: &Arc<Shared>, pod: usize, line: &str) {
 
 /// Converts a wall-clock reading (ns since the epoch) to CLOCK_BOOTTIME, with the offset
 /// between the clocks as of now.
-fn wall_to_boot(wall_ns: u64) -> BootInstant {
-    let boot = BootInstant::now();
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let offset = wall.saturating_sub(boot.as_nanos());
-    BootInstant::from_nanos(wall_ns.saturating_sub(offset))
+fn wall_to_boot(wall_ns: u64) -> BootTime {
+    BootTime::from_wall_nanos(wall_ns)
 }
 
 /// Blocks until process `pid` (started at `ticks`) has exited; returns when that was known, or
 /// None if the campaign ended first.
-fn wait_exit(shared: &Shared, pid: i32, ticks: u64) -> Option<BootInstant> {
+fn wait_exit(shared: &Shared, pid: i32, ticks: u64) -> Option<BootTime> {
     // SAFETY: pidfd_open takes a PID and flags and returns a new fd or -1.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if raw < 0 {
         // ESRCH: already reaped.
-        return Some(BootInstant::now());
+        return Some(BootTime::now());
     }
     // SAFETY: a fresh fd that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
     // The PID may have been reaped and reused before the open: then the fd is someone else's,
     // and our child is long gone.
     if start_ticks(pid) != Some(ticks) {
-        return Some(BootInstant::now());
+        return Some(BootTime::now());
     }
     while !shared.stop.load(Ordering::SeqCst) {
         let mut pfd = libc::pollfd {
@@ -267,7 +261,7 @@ fn wait_exit(shared: &Shared, pid: i32, ticks: u64) -> Option<BootInstant> {
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, WATCH_TICK.as_millis() as i32) };
         if n > 0 {
-            return Some(BootInstant::now());
+            return Some(BootTime::now());
         }
     }
     None

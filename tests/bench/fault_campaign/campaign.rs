@@ -3,7 +3,7 @@
 //! children's own operator-mode intervals, which must never overlap — and a liveness check of
 //! every leaderless gap against the bound of the fault that caused it.
 //!
-//! Why not also the grants in the flag files (`support::GrantRecorder`): that oracle assumes a
+//! Why not also the grants in the flag files (`pme_testkit::GrantRecorder`): that oracle assumes a
 //! consumer may run for the kill grace after its grant ends, which is right when nobody acks,
 //! but here the supervisor acks a demotion once its child is gone and the elector releases at
 //! once, so a graceful handover legitimately starts the next grant within the kill grace. The
@@ -24,10 +24,6 @@
 //!   (With this stand-in app it is usually missed: the old leader hears of the release through
 //!   its watch as fast as the follower does and most apps stop quickly.)
 
-pub mod observer;
-pub mod pod;
-pub mod schedule;
-
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
@@ -37,14 +33,13 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 use nix::sys::signal::Signal;
-use passmower_elector::clock::BootInstant;
+use pme_testkit::cluster::ControlPlaneProcess;
+use pme_testkit::oracle::runs::{LeaderInterval, Observer};
+use pme_testkit::{BootTime, Cluster};
 
-use crate::support::cluster::ControlPlaneProcess;
-use crate::support::Cluster;
-use observer::{LeaderInterval, Observer};
-use pod::Pod;
-use schedule::{
-    FaultKind, Plan, Rng, Schedule, Target, KILL_GRACE, LEASE_DURATION, RETRY_PERIOD, SLACK,
+use super::pod::{self, Pod};
+use super::schedule::{
+    self, FaultKind, Plan, Rng, Schedule, Target, KILL_GRACE, LEASE_DURATION, RETRY_PERIOD, SLACK,
 };
 
 /// How long one leader must have run, with every process up, before the next fault.
@@ -134,8 +129,8 @@ pub struct Fault {
     pub pod: Option<usize>,
     /// Whether the targeted pod led when the fault was injected.
     pub hit_leader: bool,
-    pub injected: BootInstant,
-    pub healed: BootInstant,
+    pub injected: BootTime,
+    pub healed: BootTime,
     /// A leader must run again by `healed + bound`.
     pub bound: Duration,
     /// From the heal until one stable leader ran (the start of its stable stretch).
@@ -146,12 +141,12 @@ pub struct Fault {
 /// A stretch with no leader child running.
 #[derive(Clone, Debug)]
 pub struct Gap {
-    pub from: BootInstant,
-    pub to: BootInstant,
+    pub from: BootTime,
+    pub to: BootTime,
     /// Index into the faults of the fault whose window explains it (the most lenient one).
     pub fault: Option<usize>,
     /// The latest end the explaining faults allow.
-    pub deadline: Option<BootInstant>,
+    pub deadline: Option<BootTime>,
 }
 
 impl Gap {
@@ -184,7 +179,7 @@ pub struct Report {
     pub ran_for: Duration,
     pub faults: Vec<Fault>,
     pub intervals: Vec<LeaderInterval>,
-    pub stopped_at: BootInstant,
+    pub stopped_at: BootTime,
     pub follower_starts: u64,
     pub takeovers: usize,
     pub gaps: Vec<Gap>,
@@ -270,7 +265,7 @@ impl Report {
         found
     }
 
-    fn t(&self, at: BootInstant) -> String {
+    fn t(&self, at: BootTime) -> String {
         let origin = self.faults.first().map(|f| f.injected).unwrap_or(at);
         if at >= origin {
             format!("+{:.3}s", at.saturating_since(origin).as_secs_f64())
@@ -491,7 +486,7 @@ pub fn run(config: &Config) -> Report {
         .enable_all()
         .build()
         .expect("campaign runtime");
-    let ns = rt.block_on(cluster.new_namespace());
+    let ns = rt.block_on(crate::product::ElectorNamespaces::new_namespace(&cluster));
     let admin = rt.block_on(cluster.admin_client());
     let leases: Api<Lease> = Api::namespaced(admin, &ns.name);
     // Released, so the first leader comes at once rather than after a lease duration.
@@ -577,7 +572,7 @@ pub fn run(config: &Config) -> Report {
         h.hold(plan.idle);
     }
 
-    let stopped_at = BootInstant::now();
+    let stopped_at = BootTime::now();
     let ran_for = started.elapsed();
     h.observer.stop();
     for p in &mut h.pods {
@@ -626,8 +621,8 @@ impl Harness<'_> {
 
     /// Tends the pods until every process has been up for a while and one pod has led for
     /// [`STABLE`]; returns when that stable stretch began, or None at `give_up`.
-    fn settle(&mut self, give_up: Instant) -> Option<BootInstant> {
-        let mut stable: Option<(usize, BootInstant, Instant)> = None;
+    fn settle(&mut self, give_up: Instant) -> Option<BootTime> {
+        let mut stable: Option<(usize, BootTime, Instant)> = None;
         while Instant::now() < give_up {
             self.tend();
             let settled = self.pods.iter().all(|p| p.settled(Duration::from_secs(1)));
@@ -643,7 +638,7 @@ impl Harness<'_> {
                             return Some(since);
                         }
                     }
-                    _ => stable = Some((*one, BootInstant::now(), Instant::now())),
+                    _ => stable = Some((*one, BootTime::now(), Instant::now())),
                 },
                 _ => stable = None,
             }
@@ -664,7 +659,7 @@ impl Harness<'_> {
             Target::Leader => leader.unwrap_or(0),
             Target::Pod(i) => i,
         });
-        let injected = BootInstant::now();
+        let injected = BootTime::now();
         let mut note = String::new();
         match (kind, pod) {
             (FaultKind::ElectorKill, Some(i)) => {
@@ -767,7 +762,7 @@ impl Harness<'_> {
             pod,
             hit_leader: pod.is_some() && pod == leader,
             injected,
-            healed: BootInstant::now(),
+            healed: BootTime::now(),
             bound: kind.bound(),
             recovered_after: None,
             note,
@@ -932,10 +927,7 @@ fn missed(hit: bool, note: &mut String) {
 }
 
 /// Every pair of operator-mode intervals that overlap; `intervals` sorted by start.
-fn overlaps(
-    intervals: &[LeaderInterval],
-    now: BootInstant,
-) -> Vec<(LeaderInterval, LeaderInterval)> {
+fn overlaps(intervals: &[LeaderInterval], now: BootTime) -> Vec<(LeaderInterval, LeaderInterval)> {
     let mut found = Vec::new();
     for (i, a) in intervals.iter().enumerate() {
         for b in &intervals[i + 1..] {
@@ -950,8 +942,8 @@ fn overlaps(
 /// The leaderless stretches between the first leader and the end, each with the fault that
 /// explains it: among the faults injected before the gap began whose window (heal + bound)
 /// was still open then, the one allowing the latest end.
-fn gaps(intervals: &[LeaderInterval], faults: &[Fault], end: BootInstant) -> Vec<Gap> {
-    let mut found: Vec<(BootInstant, BootInstant)> = Vec::new();
+fn gaps(intervals: &[LeaderInterval], faults: &[Fault], end: BootTime) -> Vec<Gap> {
+    let mut found: Vec<(BootTime, BootTime)> = Vec::new();
     let Some(first) = intervals.first() else {
         return Vec::new();
     };

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::support::{ElectorProcess, FaultProxy, TestNs};
+use pme_testkit::{ElectorProcess, FaultProxy, TestNs};
 
 use super::schedule::{
     Rng, CHILD_BACKOFF_MAX, KILL_GRACE, LEASE_DURATION, RENEW_DEADLINE, RESTART_DELAY_MAX,
