@@ -5,28 +5,22 @@
 //! every request. The audit policy logs each request once, at stage `RequestReceived`, at level
 //! `Metadata`, for users in the group [`AUDITED_GROUP`] only; nothing else is logged.
 //!
-//! Separate from [`super::cluster::Cluster::shared`]: its token file is fixed at start, and the
+//! Separate from [`crate::cluster::Cluster::shared`]: its token file is fixed at start, and the
 //! audit flags would slow every other test down. Loopback only, processes killed by PID on drop.
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
-use crate::cluster::{client_from_kubeconfig, write_kubeconfig, ControlPlaneProcess, Layout};
-use crate::process;
+use crate::control_plane::{ControlPlane, Options, TokenUser};
 
 /// Every audited user is in this group; RBAC binds the Lease and Event permissions to it.
 pub const AUDITED_GROUP: &str = "pme-audited";
-const ADMIN_TOKEN: &str = "pme-audit-admin-token";
-const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One audited request (from a `RequestReceived` audit event).
 #[derive(Clone, Debug)]
@@ -40,10 +34,15 @@ pub struct AuditedRequest {
 
 /// A running audited control plane. Dropping it kills both processes.
 pub struct AuditedCluster {
-    dir: tempfile::TempDir,
-    api_addr: SocketAddr,
-    admin_kubeconfig: PathBuf,
-    children: Vec<Child>,
+    control_plane: ControlPlane,
+}
+
+impl Deref for AuditedCluster {
+    type Target = ControlPlane;
+
+    fn deref(&self) -> &ControlPlane {
+        &self.control_plane
+    }
 }
 
 impl AuditedCluster {
@@ -51,126 +50,53 @@ impl AuditedCluster {
     /// name in `users` (all in [`AUDITED_GROUP`], which may get, watch, list, create, update,
     /// patch and delete Leases and create/patch Events anywhere), and waits until it is ready.
     pub async fn start(users: &[String]) -> AuditedCluster {
-        let bin = PathBuf::from(
-            std::env::var_os("PME_CONTROL_PLANE")
-                .expect("PME_CONTROL_PLANE must name the kube-apiserver/etcd directory"),
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("pme-audit-")
-            .tempdir()
-            .expect("tempdir");
-        let pki = dir.path().join("pki");
-        fs::create_dir_all(&pki).expect("mkdir pki");
-        generate_pki(&pki);
-        let mut tokens = format!("{ADMIN_TOKEN},pme-admin,pme-admin,\"system:masters\"\n");
-        for user in users {
-            tokens.push_str(&format!(
-                "{},{user},uid-{user},\"{AUDITED_GROUP},system:authenticated\"\n",
-                token_of(user)
-            ));
-        }
-        fs::write(dir.path().join("tokens.csv"), tokens).expect("tokens.csv");
-        fs::write(
-            dir.path().join("audit-policy.yaml"),
-            format!(
+        let users = users
+            .iter()
+            .map(|user| TokenUser {
+                token: token_of(user),
+                name: user.clone(),
+                uid: format!("uid-{user}"),
+                groups: vec![AUDITED_GROUP.into(), "system:authenticated".into()],
+            })
+            .collect();
+        let options = Options {
+            prefix: "pme-audit-".into(),
+            users,
+            audit_policy: Some(format!(
                 "apiVersion: audit.k8s.io/v1\nkind: Policy\n\
                  omitStages: [ResponseStarted, ResponseComplete, Panic]\n\
                  rules:\n\
                  - level: Metadata\n  userGroups: [\"{AUDITED_GROUP}\"]\n\
                  - level: None\n"
-            ),
-        )
-        .expect("audit policy");
-
-        let ports: Vec<TcpListener> = (0..3)
-            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind"))
-            .collect();
-        let port = |i: usize| ports[i].local_addr().expect("addr").port();
-        let (etcd_client, etcd_peer, api_port) = (port(0), port(1), port(2));
-        drop(ports);
-        let d = |f: &str| dir.path().join(f).display().to_string();
-        // The shared cluster's command lines (one statement of the flags), plus the audit log.
-        let layout = Layout {
-            bin: bin.clone(),
-            dir: dir.path().to_owned(),
-            etcd_client,
-            etcd_peer,
-            api_port,
+            )),
+            ..Options::default()
         };
-        let etcd = layout.command(ControlPlaneProcess::Etcd);
-        let mut api = layout.command(ControlPlaneProcess::KubeApiserver);
-        api.arg(format!("--audit-policy-file={}", d("audit-policy.yaml")))
-            .arg(format!("--audit-log-path={}", d("audit.log")))
-            .arg("--audit-log-mode=blocking")
-            .arg("--audit-log-format=json");
-
-        let mut children = Vec::new();
-        for (name, mut cmd) in [("etcd", etcd), ("kube-apiserver", api)] {
-            let log = fs::File::create(dir.path().join(format!("{name}.log"))).expect("log");
-            let log2 = log.try_clone().expect("dup log");
-            cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-            children.push(
-                process::spawn_tracked(cmd)
-                    .unwrap_or_else(|e| panic!("spawn {name} from {}: {e}", bin.display())),
-            );
-        }
-        let api_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, api_port));
-        let admin_kubeconfig = dir.path().join("kubeconfig-admin.json");
-        let ca = fs::read(pki.join("ca.crt")).expect("ca");
-        write_kubeconfig(
-            &admin_kubeconfig,
-            &format!("https://{api_addr}"),
-            &ca,
-            ADMIN_TOKEN,
-        );
-        let cluster = AuditedCluster {
-            dir,
-            api_addr,
-            admin_kubeconfig,
-            children,
-        };
-        cluster.wait_ready().await;
+        let control_plane = tokio::task::spawn_blocking(move || ControlPlane::start(options))
+            .await
+            .expect("the start thread")
+            .unwrap_or_else(|e| panic!("audited control plane unavailable: {e}"));
+        let cluster = AuditedCluster { control_plane };
         cluster.bind_group().await;
         cluster
     }
 
-    pub fn api_addr(&self) -> SocketAddr {
-        self.api_addr
-    }
-
-    pub fn admin_kubeconfig(&self) -> &Path {
-        &self.admin_kubeconfig
-    }
-
-    pub async fn admin_client(&self) -> kube::Client {
-        client_from_kubeconfig(&self.admin_kubeconfig).await
-    }
-
     /// Writes (once) and returns the kubeconfig of `user`, talking to the apiserver directly.
     pub fn kubeconfig_of(&self, user: &str) -> PathBuf {
-        let path = self.dir.path().join(format!("kubeconfig-{user}.json"));
+        let path = self.dir().join(format!("kubeconfig-{user}.json"));
         if !path.exists() {
-            let ca = fs::read(self.dir.path().join("pki/ca.crt")).expect("ca");
-            write_kubeconfig(
-                &path,
-                &format!("https://{}", self.api_addr),
-                &ca,
-                &token_of(user),
-            );
+            self.kubeconfig_for_token(user, &token_of(user));
         }
         path
     }
 
     /// The audit log's current length: pass it to [`Self::requests_since`] later.
     pub fn audit_offset(&self) -> u64 {
-        fs::metadata(self.dir.path().join("audit.log"))
-            .map(|m| m.len())
-            .unwrap_or(0)
+        fs::metadata(self.audit_log()).map(|m| m.len()).unwrap_or(0)
     }
 
     /// Requests logged after `offset` (a value of [`Self::audit_offset`]).
     pub fn requests_since(&self, offset: u64) -> Vec<AuditedRequest> {
-        let bytes = fs::read(self.dir.path().join("audit.log")).unwrap_or_default();
+        let bytes = fs::read(self.audit_log()).unwrap_or_default();
         let tail = bytes.get(offset as usize..).unwrap_or_default();
         String::from_utf8_lossy(tail)
             .lines()
@@ -203,29 +129,6 @@ impl AuditedCluster {
         {
             Some((kube, etcd)) => format!("{kube} (etcd {etcd})"),
             None => format!("unknown ({})", bin.display()),
-        }
-    }
-
-    async fn wait_ready(&self) {
-        let client = self.admin_client().await;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let req = hyper::Request::get("/readyz")
-                .body(Vec::new())
-                .expect("readyz request");
-            let ready = matches!(
-                tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await,
-                Ok(Ok(body)) if body.trim() == "ok"
-            );
-            if ready {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "audited kube-apiserver not ready within {START_TIMEOUT:?}\n{}",
-                fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -288,46 +191,6 @@ impl AuditedCluster {
     }
 }
 
-impl Drop for AuditedCluster {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().rev() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
-            let _ = child.wait();
-            process::forget_at_exit(child.id() as i32);
-        }
-    }
-}
-
 fn token_of(user: &str) -> String {
     format!("token-{user}")
-}
-
-/// A CA, a serving certificate for 127.0.0.1 (so clients and the fault proxy verify the
-/// apiserver honestly) and the ServiceAccount signing key, made with openssl.
-fn generate_pki(pki: &Path) {
-    fs::write(
-        pki.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("server.ext");
-    let steps: [&str; 4] = [
-        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pme-audit-ca",
-        "req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=kube-apiserver",
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext",
-        "genrsa -out sa.key 2048",
-    ];
-    for step in steps {
-        let out = Command::new("openssl")
-            .args(step.split(' '))
-            .current_dir(pki)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {step}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }

@@ -10,12 +10,15 @@
 pub mod audit;
 pub mod clock;
 pub mod cluster;
+pub mod control_plane;
 pub mod elector;
 pub mod fence;
+pub mod kubeconfig;
 pub mod manifests;
 pub mod node;
 pub mod oracle;
 pub mod passmower;
+pub mod pki;
 pub mod pods;
 pub mod ports;
 pub mod process;

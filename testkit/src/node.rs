@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node as KubeNode, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-use crate::cluster::{client_from_kubeconfig, write_kubeconfig};
+use crate::kubeconfig::{client_from_kubeconfig, write_kubeconfig};
 use crate::process;
 use cgroups::CgroupTree;
 use config::{Component, Layout, ADMIN_TOKEN, API_PORT, NODE_IP, NODE_NAME};

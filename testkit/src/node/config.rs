@@ -5,7 +5,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use crate::control_plane::{self, Apiserver, Audit, Etcd, TokenUser};
+use crate::kubeconfig::write_kubeconfig;
+use crate::pki::{self, PkiSpec};
 
 /// The node's address on its bridge (the pods' gateway), where the apiserver, the kubelet and
 /// Redis listen. A private address inside a network namespace the test created; no route
@@ -104,12 +108,35 @@ impl Layout {
         ] {
             fs::create_dir_all(self.path(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
         }
-        generate_pki(&self.path("pki"))?;
+        pki::generate(
+            &self.path("pki"),
+            &PkiSpec {
+                ca_name: "pme-node-ca",
+                // Every name and address the apiserver is reached by: host loopback through
+                // the forwarder, the node address, the `kubernetes` Service.
+                server_names: &[
+                    "127.0.0.1",
+                    NODE_IP,
+                    KUBERNETES_SERVICE_IP,
+                    "localhost",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                ],
+                // What the apiserver (and the tests) present to the kubelet.
+                clients: &[(
+                    "kubelet-client",
+                    "kube-apiserver-kubelet-client",
+                    Some("system:masters"),
+                )],
+            },
+        )?;
         self.write_tokens()?;
         let server = format!("https://{NODE_IP}:{API_PORT}");
         let ca = fs::read(self.path("pki/ca.crt")).map_err(|e| format!("read ca: {e}"))?;
         for (user, token) in TOKENS {
-            crate::cluster::write_kubeconfig(
+            write_kubeconfig(
                 &self.path(&format!("{user}.kubeconfig")),
                 &server,
                 &ca,
@@ -128,7 +155,7 @@ impl Layout {
     }
 
     fn write_tokens(&self) -> Result<(), String> {
-        let mut csv = String::new();
+        let mut users = Vec::new();
         for (user, token) in TOKENS {
             let (name, groups) = match *user {
                 "admin" => ("pme-admin", "system:masters"),
@@ -138,9 +165,18 @@ impl Layout {
                 "kube-proxy" => ("system:kube-proxy", ""),
                 other => return Err(format!("no identity for {other}")),
             };
-            csv.push_str(&format!("{token},{name},uid-{user},\"{groups}\"\n"));
+            users.push(TokenUser {
+                token: (*token).to_owned(),
+                name: name.to_owned(),
+                uid: format!("uid-{user}"),
+                groups: groups
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            });
         }
-        write(&self.path("tokens.csv"), &csv)
+        control_plane::write_tokens(&self.path("tokens.csv"), &users)
     }
 
     fn containerd_config(&self) -> String {
@@ -281,71 +317,43 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     /// The command line of `which`; the same on every (re)start.
     pub fn command(&self, which: Component) -> Command {
-        let cp = |b: &str| Command::new(self.control_plane.join(b));
         let nb = |b: &str| Command::new(self.node_bin.join(b));
         match which {
-            Component::Etcd => {
-                let mut c = cp("etcd");
-                c.args(["--name", "pme-node"])
-                    .arg(format!("--data-dir={}", self.p("etcd")))
-                    .arg("--listen-client-urls=http://127.0.0.1:2379")
-                    .arg("--advertise-client-urls=http://127.0.0.1:2379")
-                    .arg("--listen-peer-urls=http://127.0.0.1:2380")
-                    .arg("--initial-advertise-peer-urls=http://127.0.0.1:2380")
-                    .arg("--initial-cluster=pme-node=http://127.0.0.1:2380")
-                    .arg("--unsafe-no-fsync")
-                    .arg("--log-level=warn");
-                c
+            Component::Etcd => Etcd {
+                binary: self.control_plane.join("etcd"),
+                name: "pme-node".into(),
+                data_dir: self.path("etcd"),
+                client_url: "http://127.0.0.1:2379".into(),
+                peer_url: "http://127.0.0.1:2380".into(),
             }
-            Component::KubeApiserver => {
-                // The node's own build (stamped with its version, which helm checks).
-                let mut c = nb("kube-apiserver");
-                c.arg("--etcd-servers=http://127.0.0.1:2379")
-                    .arg(format!("--secure-port={API_PORT}"))
-                    .arg("--bind-address=0.0.0.0")
-                    // The `kubernetes` Service's endpoint: pods reach it through kube-proxy.
-                    .arg(format!("--advertise-address={NODE_IP}"))
-                    .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
-                    .arg(format!("--cert-dir={}", self.p("apiserver-certs")))
-                    .arg(format!("--tls-cert-file={}", self.p("pki/server.crt")))
-                    .arg(format!(
-                        "--tls-private-key-file={}",
-                        self.p("pki/server.key")
-                    ))
-                    .arg(format!("--client-ca-file={}", self.p("pki/ca.crt")))
-                    .arg(format!(
-                        "--service-account-key-file={}",
-                        self.p("pki/sa.key")
-                    ))
-                    .arg(format!(
-                        "--service-account-signing-key-file={}",
-                        self.p("pki/sa.key")
-                    ))
-                    .arg("--service-account-issuer=https://kubernetes.default.svc")
-                    .arg(format!("--token-auth-file={}", self.p("tokens.csv")))
-                    .arg("--authorization-mode=Node,RBAC")
-                    .arg("--allow-privileged=true")
-                    .arg(format!(
+            .command(),
+            // The node's own build (stamped with its version, which helm checks).
+            Component::KubeApiserver => Apiserver {
+                binary: self.node_bin.join("kube-apiserver"),
+                etcd_url: "http://127.0.0.1:2379".into(),
+                bind_address: "0.0.0.0".into(),
+                port: API_PORT,
+                // The `kubernetes` Service's endpoint: pods reach it through kube-proxy.
+                advertise_address: NODE_IP.into(),
+                service_cidr: SERVICE_CIDR.into(),
+                pki: self.path("pki"),
+                cert_dir: self.path("apiserver-certs"),
+                tokens: self.path("tokens.csv"),
+                audit: Some(Audit {
+                    policy: self.path("audit-policy.yaml"),
+                    log: self.path("audit.log"),
+                }),
+                extra: vec![
+                    format!(
                         "--kubelet-client-certificate={}",
                         self.p("pki/kubelet-client.crt")
-                    ))
-                    .arg(format!(
-                        "--kubelet-client-key={}",
-                        self.p("pki/kubelet-client.key")
-                    ))
-                    .arg(format!(
-                        "--audit-policy-file={}",
-                        self.p("audit-policy.yaml")
-                    ))
-                    .arg(format!("--audit-log-path={}", self.p("audit.log")))
-                    // Blocking: an event is written before the response, so nothing the
-                    // tests saw happen is missing from the log.
-                    .arg("--audit-log-mode=blocking")
-                    .arg("--audit-log-format=json")
-                    .arg("--audit-log-maxsize=0")
-                    .arg("--profiling=false");
-                c
+                    ),
+                    format!("--kubelet-client-key={}", self.p("pki/kubelet-client.key")),
+                    "--audit-log-maxsize=0".into(),
+                    "--profiling=false".into(),
+                ],
             }
+            .command(),
             Component::ControllerManager => {
                 let mut c = nb("kube-controller-manager");
                 let kc = self.p("controller-manager.kubeconfig");
@@ -439,120 +447,4 @@ rules:
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
     fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
-}
-
-/// A CA; the apiserver's serving certificate for every name and address it is reached by
-/// (host loopback through the forwarder, the node address, the `kubernetes` Service); the
-/// client certificate the apiserver (and the tests) present to the kubelet; the
-/// ServiceAccount signing key.
-fn generate_pki(pki: &Path) -> Result<(), String> {
-    write(
-        &pki.join("server.ext"),
-        &format!(
-            "subjectAltName=IP:127.0.0.1,IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},DNS:localhost,\
-             DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,\
-             DNS:kubernetes.default.svc.cluster.local\n\
-             basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-             extendedKeyUsage=serverAuth\n"
-        ),
-    )?;
-    write(
-        &pki.join("client.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=clientAuth\n",
-    )?;
-    let steps: [&[&str]; 7] = [
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "7",
-            "-subj",
-            "/CN=pme-node-ca",
-        ],
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=kube-apiserver",
-        ],
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "7",
-            "-extfile",
-            "server.ext",
-        ],
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "kubelet-client.key",
-            "-out",
-            "kubelet-client.csr",
-            "-subj",
-            "/O=system:masters/CN=kube-apiserver-kubelet-client",
-        ],
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "kubelet-client.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "kubelet-client.crt",
-            "-days",
-            "7",
-            "-extfile",
-            "client.ext",
-        ],
-        &["genrsa", "-out", "sa.key", "2048"],
-        &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"],
-    ];
-    for args in steps {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(pki)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run openssl (is it installed?): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "openssl {}: {}\n{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    Ok(())
 }
