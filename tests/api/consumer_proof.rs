@@ -13,7 +13,7 @@ use kube::Api;
 use crate::product::ElectorNamespaces;
 use pme_testkit::pods::{wait_for_leading_pod, Pod, PodSpec};
 use pme_testkit::wait::POLL;
-use pme_testkit::{wait_until, Cluster, ElectorProcess, TestNs, FAST_TIMINGS};
+use pme_testkit::{free_port, wait_until, Cluster, ElectorProcess, TestNs, FAST_TIMINGS};
 
 /// FAST_TIMINGS' lease duration: a free Lease is taken at once by a pod that contends, so two
 /// of these without a taker show that nobody contends.
@@ -28,13 +28,6 @@ async fn holder(ns: &TestNs) -> String {
         .spec
         .and_then(|s| s.holder_identity)
         .unwrap_or_default()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 /// GET `path` on the elector's probe port: the body, when it answered 200.

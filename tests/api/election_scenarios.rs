@@ -17,7 +17,7 @@ use passmower_elector::grant::{self, Grant, Mode};
 
 use crate::product::{read_grant, ElectorNamespaces};
 use pme_testkit::{
-    wait_until, BootTime, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs,
+    free_port, wait_until, BootTime, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs,
 };
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
@@ -565,13 +565,6 @@ async fn without_update_permission_nobody_ever_leads() {
     assert_eq!(g.mode, Mode::Follower, "{}", elector.logs());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// A plain HTTP/1.0 GET on loopback: status code and body (code 0 when nothing listens).
 fn http_get(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
@@ -803,10 +796,7 @@ async fn graceful_handover_without_ack_leaves_a_late_consumer_its_kill_grace() {
     )
     .expect("write app");
     std::fs::set_permissions(&app, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let flag_arg = flag.to_string_lossy().into_owned();
     let listen = format!("127.0.0.1:{port}");
     let app_arg = app.to_string_lossy().into_owned();

@@ -10,7 +10,7 @@ use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Mode};
 
 use crate::product::{read_grant, ElectorNamespaces};
-use pme_testkit::{wait_until, Cluster, ElectorProcess, GrantRecorder};
+use pme_testkit::{free_port, wait_until, Cluster, ElectorProcess, GrantRecorder};
 
 const KILL_GRACE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(10);
@@ -18,13 +18,6 @@ const POLL: Duration = Duration::from_millis(10);
 const NOFILE: u64 = 100;
 /// Half-sent requests held open against it.
 const HALF_OPEN: usize = 120;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
 
 /// One GET with the kubelet's probe timeout (2s): the status code, or `None` when there was no
 /// complete answer in time.

@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use passmower_elector::grant::{self, Mode};
 use passmower_elector::inject::{inject_str, InjectOptions};
 use pme_testkit::manifests::{parse_stream, Applier, Mode as Send};
-use pme_testkit::{Cluster, ElectorProcess, TestNs};
+use pme_testkit::{free_port, Cluster, ElectorProcess, TestNs};
 use serde_json::Value;
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
@@ -157,14 +157,6 @@ fn local_args(args: &[String], probe_port: u16) -> Vec<String> {
     out.push("--flag-file=grant.json".into());
     out.push(format!("--probe-addr=127.0.0.1:{probe_port}"));
     out
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
 }
 
 /// `passmower_elector_api_errors_total{kind}` from the elector's /metrics (0 when absent).

@@ -31,7 +31,7 @@ use passmower_elector::grant::{self, Mode};
 use crate::product::read_grant;
 use passmower_elector::clock::BootInstant;
 use pme_testkit::audit::AuditedCluster;
-use pme_testkit::{BootTime, ElectorProcess, FaultProxy, GrantRecorder};
+use pme_testkit::{free_port, BootTime, ElectorProcess, FaultProxy, GrantRecorder};
 
 const CANDIDATES: usize = 3;
 const POLL: Duration = Duration::from_millis(2);
@@ -463,13 +463,6 @@ impl Group {
 
 fn user_of(kind: Kind, i: usize) -> String {
     format!("bench-{}-{i}", kind.slug())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// `(is_leader, at)` per line of a wrapper's `<flag>.events`.

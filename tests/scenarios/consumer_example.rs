@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::auth::{self, Key, Token};
 use passmower_elector::grant::{self, Grant, Order};
+use pme_testkit::free_port;
 use pme_testkit::ElectorProcess;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -132,10 +133,7 @@ async fn reference_consumer_obeys_orders_expires_and_acks_stopped() {
         },
     )
     .expect("token");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut consumer = ElectorProcess::spawn_program(
         "consumer",

@@ -4,6 +4,7 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 
 use crate::product::*;
+use pme_testkit::free_port;
 use pme_testkit::wait::{wait_until, POLL};
 
 /// Runs `supervise` with `args` (bounded by the supervisor's own validation, which happens before
@@ -359,10 +360,7 @@ fn a_toggle_signal_with_a_meaning_of_its_own_is_refused() {
 fn a_leader_port_map_onto_a_taken_port_is_refused() {
     let sb = Sandbox::new();
     let f = flag(&sb);
-    let toggle = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let toggle = free_port();
     let listen = format!("127.0.0.1:{toggle}");
     let onto_toggle = format!("--leader-port-map=3000={toggle}");
     let cases: &[(&[&str], &[&str])] = &[

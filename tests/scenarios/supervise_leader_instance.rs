@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::product::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use pme_testkit::free_port;
 use pme_testkit::wait::{wait_until, POLL};
 
 const LIMIT: Duration = Duration::from_secs(15);
@@ -297,14 +298,6 @@ fn with_exit_with_child_a_leader_instance_exit_takes_the_serving_one_down_too() 
         !exists(serving),
         "the serving instance outlived the supervisor"
     );
-}
-
-/// A free loopback port, for an app that listens on a fixed one (like Passmower's 9090).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// A Node app with two fixed ports, bound the ways real apps do (a numeric string as from
