@@ -23,6 +23,7 @@ pub mod pods;
 pub mod ports;
 pub mod process;
 pub mod proxy;
+pub mod recording_app;
 pub mod supervise;
 pub mod tools;
 pub mod wait;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::clock::BootTime;
+use crate::recording_app::{self, OnTerm, RecordingApp};
 use crate::wait::{wait_until, POLL};
 
 /// The product's binary (see [`crate::elector::binary`]), as a string for command lines.
@@ -61,32 +62,16 @@ impl Sandbox {
         path
     }
 
-    /// A long-running app that records each start (`starts`: pid, $MODE, args, boot seconds) and
-    /// each signal it receives (`signals`: NAME pid boot-seconds). On SIGTERM it exits with
-    /// `term_exit`, or ignores SIGTERM when `term_exit` is None.
+    /// The kit's recording app in the sandbox (see [`crate::recording_app`]): it records each
+    /// start (`starts`: pid, $MODE, args), each stop (`runs`) and each signal it receives
+    /// (`signals`: NAME pid boot-seconds). On SIGTERM it exits with `term_exit`, or ignores
+    /// SIGTERM when `term_exit` is None.
     pub fn recording_app(&self, term_exit: Option<i32>) -> PathBuf {
-        let dir = self.dir.path().display();
         let on_term = match term_exit {
-            Some(code) => format!("rec TERM; exit {code}"),
-            None => "rec TERM".to_owned(),
+            Some(code) => OnTerm::Exit(code),
+            None => OnTerm::Ignore,
         };
-        self.script(
-            "app.sh",
-            &format!(
-                r#"
-rec() {{ echo "$1 $$ $(cut -d' ' -f1 /proc/uptime)" >> {dir}/signals; }}
-trap '{on_term}' TERM
-trap 'rec HUP' HUP
-trap 'rec USR1' USR1
-trap 'rec USR2' USR2
-trap 'rec INT; exit 130' INT
-# Recorded once the traps are in place, so a test that saw the start may signal the app.
-echo "$$ mode=$MODE args=$*" >> {dir}/starts
-# `wait` returns when a trapped signal arrives; a foreground sleep would delay the trap.
-while :; do sleep 0.05 & wait $!; done
-"#
-            ),
-        )
+        RecordingApp::new(self.dir.path(), on_term).write()
     }
 
     /// Lines of a record file (`starts`, `signals`, ...), empty if absent.
@@ -98,15 +83,7 @@ while :; do sleep 0.05 & wait $!; done
 
     /// `(pid, mode)` of each recorded start.
     pub fn starts(&self) -> Vec<(i32, String)> {
-        self.lines("starts")
-            .iter()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let pid = it.next()?.parse().ok()?;
-                let mode = it.next()?.strip_prefix("mode=")?.to_owned();
-                Some((pid, mode))
-            })
-            .collect()
+        recording_app::starts(&self.lines("starts"))
     }
 }
 

@@ -170,11 +170,9 @@ async fn a_restarted_elector_adopts_the_lease_and_its_app_keeps_running() {
     );
     let logs = pods[first].elector_logs();
     assert!(logs.contains("adopted the Lease from"), "{logs}");
-    assert_eq!(pods[first].supervisor.mode()["mode"], "leader");
+    assert_eq!(pods[first].mode()["mode"], "leader");
     assert!(
-        pods[first]
-            .supervisor
-            .log_contains("a new elector incarnation continues the grant"),
+        pods[first].supervisor_log_contains("a new elector incarnation continues the grant"),
         "the supervisor did not see a continuation"
     );
     assert_leader_runs_disjoint(&pods);
@@ -490,7 +488,6 @@ async fn an_app_failing_as_leader_is_handed_over_not_adopted() {
     let mut pods = vec![Pod::start_spec("pod-a", &ns, spec)];
     assert!(
         wait_until(Duration::from_secs(20), POLL, || pods[0]
-            .sandbox
             .ack()
             .and_then(|a| a["leader_start_failures"].as_u64())
             .is_some_and(|f| f >= 3)),
@@ -531,7 +528,7 @@ async fn unreachable_api_no_demotion_before_the_inherited_expiry_and_follower_at
     pods.push(Pod::start("pod-b", &ns));
     std::thread::sleep(Duration::from_millis(500));
     pods[0].kill_elector();
-    let inherited = grant::read_file(&pods[0].sandbox.flag_file())
+    let inherited = grant::read_file(&pods[0].flag_file())
         .expect("flag file")
         .expect("flag file");
     assert_eq!(inherited.mode, grant::Mode::Leader);
@@ -541,7 +538,7 @@ async fn unreachable_api_no_demotion_before_the_inherited_expiry_and_follower_at
     let mut replaced = None;
     wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
         let now = BootInstant::now();
-        if let Ok(Some(g)) = grant::read_file(&pods[0].sandbox.flag_file()) {
+        if let Ok(Some(g)) = grant::read_file(&pods[0].flag_file()) {
             if g.incarnation != inherited.incarnation {
                 replaced = Some((now, g));
             }
@@ -590,17 +587,14 @@ async fn a_stopped_supervisor_is_not_adopted() {
     let other = 1 - first;
     std::thread::sleep(Duration::from_millis(500));
     let (old_holder, _) = holder_and_transitions(&ns).await;
-    pods[first]
-        .supervisor
-        .signal(nix::sys::signal::Signal::SIGTERM);
+    pods[first].signal_supervisor(nix::sys::signal::Signal::SIGTERM);
     assert!(
         pods[first]
-            .supervisor
-            .wait_exit(Duration::from_secs(10))
+            .wait_supervisor_exit(Duration::from_secs(10))
             .is_some(),
         "the supervisor did not exit"
     );
-    let ack = pods[first].sandbox.ack().expect("ack file");
+    let ack = pods[first].ack().expect("ack file");
     assert_eq!(ack["mode"], "stopped", "{ack}");
     // The elector still holds the Lease and renews; then it is killed and restarted at once.
     let (holder, _) = holder_and_transitions(&ns).await;

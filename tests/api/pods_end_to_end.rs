@@ -39,7 +39,7 @@ async fn killed_elector_demotes_its_app_before_another_pod_promotes() {
         "old leader's app stopped {:.2}s before the new leader's app started",
         new_app.start - old_stop
     );
-    assert_eq!(pods[first].supervisor.mode()["mode"], "follower");
+    assert_eq!(pods[first].mode()["mode"], "follower");
     assert_leader_runs_disjoint(&pods);
 }
 
@@ -86,15 +86,14 @@ async fn native_sidecar_order_hands_over_through_the_ack_file() {
     Cluster::shared().create_released_lease(&ns).await;
     let mut pods = vec![Pod::start("pod-a", &ns), Pod::start("pod-b", &ns)];
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
-    pods[first].supervisor.signal(Signal::SIGTERM);
+    pods[first].signal_supervisor(Signal::SIGTERM);
     assert!(
         pods[first]
-            .supervisor
-            .wait_exit(Duration::from_secs(10))
+            .wait_supervisor_exit(Duration::from_secs(10))
             .is_some(),
         "supervisor exits"
     );
-    let ack = pods[first].sandbox.ack().expect("ack file");
+    let ack = pods[first].ack().expect("ack file");
     assert_eq!(ack["mode"], "stopped", "{ack}");
     let started = std::time::Instant::now();
     pods[first].elector().signal(Signal::SIGTERM);
@@ -132,8 +131,8 @@ async fn a_forged_stopped_ack_does_not_release_the_lease_early() {
     let first = wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     std::thread::sleep(Duration::from_millis(500));
     // The consumer is busy (frozen): it answers neither the push nor in its ack file for now.
-    pods[first].supervisor.signal(Signal::SIGSTOP);
-    let acks = pods[first].sandbox.path("grant.json.ack");
+    pods[first].signal_supervisor(Signal::SIGSTOP);
+    let acks = pods[first].path("grant.json.ack");
     let mut forged = passmower_elector::grant::read_file(&acks)
         .expect("ack file")
         .expect("ack file");
@@ -143,7 +142,7 @@ async fn a_forged_stopped_ack_does_not_release_the_lease_early() {
     pods[first].elector().signal(Signal::SIGTERM);
     // The consumer wakes up a second later and stops its app within its kill grace.
     std::thread::sleep(Duration::from_millis(1000));
-    pods[first].supervisor.signal(Signal::SIGCONT);
+    pods[first].signal_supervisor(Signal::SIGCONT);
     let status = pods[first]
         .elector()
         .wait_exit(Duration::from_secs(15))

@@ -13,7 +13,6 @@
 //! or `scripts/campaign.sh --duration 10m --seed 42`.
 
 mod campaign;
-mod pod;
 mod schedule;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
-//! Tests of the harness itself. The overlap oracle must catch what it exists to catch: it is
-//! fed synthetic looks (and real flag files) with and without two simultaneous leaders. And
-//! `ElectorProcess` must capture, signal and reap by PID.
+//! Tests of the kit itself. The overlap oracles must catch what they exist to catch: the grant
+//! oracle is fed synthetic looks (and real flag files) with and without two simultaneous
+//! leaders, the single-writer rule and the node's audit check synthetic stretches and writes.
+//! And `ElectorProcess` must capture, signal and reap by PID.
 
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
@@ -14,6 +15,8 @@ use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Grant, Order};
 
 use crate::product::{read_grant, view};
+use pme_testkit::node::audit::{parse_rfc3339_us, single_writer_violations, Tenure, Write};
+use pme_testkit::oracle::{overlaps, Stretch};
 use pme_testkit::{BootTime, ElectorProcess, GrantRecorder, GrantTimeline, Seen};
 
 const GRACE: Duration = Duration::from_secs(3);
@@ -256,4 +259,91 @@ fn elector_process_is_signalled_by_pid_and_killed_on_drop() {
         nix::sys::signal::kill(pid, None).is_err(),
         "process {pid} survived drop"
     );
+}
+
+// --- the single-writer rule every oracle applies ---
+
+fn stretch(owner: u8, start: u32, end: Option<u32>) -> Stretch<u8, u32> {
+    Stretch { owner, start, end }
+}
+
+#[test]
+fn two_owners_at_once_overlap_and_touching_does_not() {
+    let s = stretch;
+    assert_eq!(overlaps(&[s(1, 0, Some(10)), s(2, 5, Some(20))]), [(0, 1)]);
+    assert_eq!(overlaps(&[s(1, 0, Some(10)), s(2, 10, Some(20))]), []);
+    assert_eq!(overlaps(&[s(2, 10, Some(20)), s(1, 0, Some(10))]), []);
+}
+
+#[test]
+fn one_owner_never_overlaps_itself() {
+    assert_eq!(
+        overlaps(&[stretch(1, 0, Some(10)), stretch(1, 5, Some(20))]),
+        []
+    );
+}
+
+#[test]
+fn a_stretch_still_going_overlaps_everything_after_its_start() {
+    let s = stretch;
+    assert_eq!(
+        overlaps(&[s(1, 0, None), s(2, 1_000, Some(1_001))]),
+        [(0, 1)]
+    );
+    assert_eq!(overlaps(&[s(1, 5, None), s(2, 0, Some(5))]), []);
+    assert_eq!(overlaps(&[s(1, 5, None), s(2, 0, None)]), [(0, 1)]);
+}
+
+// --- the node's audit log: timestamps and the single-writer check ---
+
+#[test]
+fn parses_apiserver_timestamps() {
+    assert_eq!(
+        parse_rfc3339_us("1970-01-01T00:00:01.000002Z"),
+        Some(1_000_002)
+    );
+    assert_eq!(
+        parse_rfc3339_us("2026-12-01T00:00:00.5Z"),
+        Some(1_796_083_200_500_000)
+    );
+}
+
+fn write(ip: &str, at: i64, code: i32) -> Write {
+    Write {
+        received_us: at,
+        completed_us: at,
+        user: "system:serviceaccount:pm:passmower".into(),
+        source_ip: ip.into(),
+        verb: "update".into(),
+        api_group: "codemowers.cloud".into(),
+        resource: "oidcclients".into(),
+        subresource: "status".into(),
+        namespace: "pm".into(),
+        name: "app".into(),
+        code,
+        lease_holder: None,
+    }
+}
+
+/// A write the apiserver refused (the fence's 403) changed nothing, so only an admitted one
+/// outside its pod's tenure is a second writer.
+#[test]
+fn only_admitted_writes_outside_a_tenure_are_violations() {
+    let tenures = [Tenure {
+        source_ip: "10.88.0.2".into(),
+        holder: "b".into(),
+        start_us: 100,
+        end_us: 200,
+        released: false,
+    }];
+    let user = "system:serviceaccount:pm:passmower";
+    let inside = write("10.88.0.2", 150, 200);
+    let refused = write("10.88.0.3", 150, 403);
+    let admitted = write("10.88.0.3", 160, 200);
+    assert!(
+        single_writer_violations(&[inside.clone(), refused.clone()], &tenures, user).is_empty()
+    );
+    let bad = single_writer_violations(&[inside, refused, admitted], &tenures, user);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].contains("10.88.0.3 at 160"), "{bad:?}");
 }

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::oracle::{overlaps, Stretch};
+
 /// One completed write (stage `ResponseComplete`).
 #[derive(Clone, Debug)]
 pub struct Write {
@@ -250,12 +252,17 @@ fn new_tenure(w: &Write, holder: &str) -> Tenure {
 /// Returns the violations, human-readable.
 pub fn single_writer_violations(writes: &[Write], tenures: &[Tenure], user: &str) -> Vec<String> {
     let mut bad = Vec::new();
-    for (i, a) in tenures.iter().enumerate() {
-        for b in &tenures[i + 1..] {
-            if a.source_ip != b.source_ip && a.start_us < b.end_us && b.start_us < a.end_us {
-                bad.push(format!("overlapping leadership: {a:?} and {b:?}"));
-            }
-        }
+    let stretches: Vec<Stretch<&str, i64>> = tenures
+        .iter()
+        .map(|t| Stretch {
+            owner: t.source_ip.as_str(),
+            start: t.start_us,
+            end: Some(t.end_us),
+        })
+        .collect();
+    for (i, j) in overlaps(&stretches) {
+        let (a, b) = (&tenures[i], &tenures[j]);
+        bad.push(format!("overlapping leadership: {a:?} and {b:?}"));
     }
     for w in writes
         .iter()
@@ -375,61 +382,4 @@ pub fn operator_writes_by_ip<'a>(
         by_ip.entry(w.source_ip.clone()).or_default().push(w);
     }
     by_ip
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_apiserver_timestamps() {
-        assert_eq!(
-            parse_rfc3339_us("1970-01-01T00:00:01.000002Z"),
-            Some(1_000_002)
-        );
-        assert_eq!(
-            parse_rfc3339_us("2026-12-01T00:00:00.5Z"),
-            Some(1_796_083_200_500_000)
-        );
-    }
-
-    fn write(ip: &str, at: i64, code: i32) -> Write {
-        Write {
-            received_us: at,
-            completed_us: at,
-            user: "system:serviceaccount:pm:passmower".into(),
-            source_ip: ip.into(),
-            verb: "update".into(),
-            api_group: "codemowers.cloud".into(),
-            resource: "oidcclients".into(),
-            subresource: "status".into(),
-            namespace: "pm".into(),
-            name: "app".into(),
-            code,
-            lease_holder: None,
-        }
-    }
-
-    /// A write the apiserver refused (the fence's 403) changed nothing, so only an admitted one
-    /// outside its pod's tenure is a second writer.
-    #[test]
-    fn only_admitted_writes_outside_a_tenure_are_violations() {
-        let tenures = [Tenure {
-            source_ip: "10.88.0.2".into(),
-            holder: "b".into(),
-            start_us: 100,
-            end_us: 200,
-            released: false,
-        }];
-        let user = "system:serviceaccount:pm:passmower";
-        let inside = write("10.88.0.2", 150, 200);
-        let refused = write("10.88.0.3", 150, 403);
-        let admitted = write("10.88.0.3", 160, 200);
-        assert!(
-            single_writer_violations(&[inside.clone(), refused.clone()], &tenures, user).is_empty()
-        );
-        let bad = single_writer_violations(&[inside, refused, admitted], &tenures, user);
-        assert_eq!(bad.len(), 1, "{bad:?}");
-        assert!(bad[0].contains("10.88.0.3 at 160"), "{bad:?}");
-    }
 }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::clock::BootTime;
+use crate::oracle::{overlaps, Stretch};
 
 /// How often the recorder reads every flag file.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -42,12 +43,6 @@ pub struct GrantInterval {
     pub consumer_end: BootTime,
     /// Still held when this snapshot was taken (`end` is the current expiry).
     pub open: bool,
-}
-
-impl GrantInterval {
-    fn overlaps(&self, other: &GrantInterval) -> bool {
-        self.start < other.consumer_end && other.start < self.consumer_end
-    }
 }
 
 /// What the oracle needs of one grant object: whether it grants leadership, to whom, which
@@ -212,15 +207,18 @@ impl GrantTimeline {
     /// Pairs of intervals of different pods that overlap (including kill grace).
     pub fn overlaps(&self) -> Vec<(GrantInterval, GrantInterval)> {
         let all = self.intervals();
-        let mut found = Vec::new();
-        for (i, a) in all.iter().enumerate() {
-            for b in &all[i + 1..] {
-                if a.pod != b.pod && a.overlaps(b) {
-                    found.push((a.clone(), b.clone()));
-                }
-            }
-        }
-        found
+        let stretches: Vec<Stretch<&str, BootTime>> = all
+            .iter()
+            .map(|i| Stretch {
+                owner: i.pod.as_str(),
+                start: i.start,
+                end: Some(i.consumer_end),
+            })
+            .collect();
+        overlaps(&stretches)
+            .into_iter()
+            .map(|(i, j)| (all[i].clone(), all[j].clone()))
+            .collect()
     }
 
     pub fn anomalies(&self) -> &[String] {

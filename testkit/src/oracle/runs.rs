@@ -1,5 +1,6 @@
-//! The operator-mode oracle: every interval during which a child ran in leader mode, from the
-//! children's own records and the kernel's word on when each one ended.
+//! The run oracle: every interval during which an app ran in leader mode, from the recording
+//! app's own records ([`crate::recording_app`]) and, while watching, the kernel's word on when
+//! each one ended; two of them at once is two writers.
 //!
 //! - An interval starts at the child's start record, its first act: nothing it does as an
 //!   operator can come earlier.
@@ -13,6 +14,10 @@
 //! the observer converts to CLOCK_BOOTTIME with the offset between the two clocks measured when
 //! it reads the record, a few milliseconds later (so clock slewing cannot add up). A frozen
 //! (SIGSTOPped) child counts as running: it may resume in the middle of its work.
+//!
+//! Two ways to use it: [`Observer`] tails the records while pods run and watches each leader
+//! child's exit (the fault campaign); [`AppRun`]s read afterwards from the records alone, with
+//! [`assert_leader_runs_disjoint`] (the pod scenarios against the apiserver).
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -24,6 +29,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::BootTime;
+use crate::oracle::{overlaps, Stretch};
+use crate::recording_app::parse_run;
 
 /// How often the record files are read.
 const TAIL_EVERY: Duration = Duration::from_millis(5);
@@ -171,27 +178,15 @@ fn read_from(path: &PathBuf, offset: &mut u64) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// `start PID TICKS ROLE WALL_NS` or `stop PID TICKS ROLE WALL_NS`.
+/// A `runs` record (see [`crate::recording_app`]).
 fn on_line(shared: &Arc<Shared>, pod: usize, line: &str) {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let parsed = match fields.as_slice() {
-        [what, pid, ticks, role, wall_ns] => (|| {
-            Some((
-                *what,
-                pid.parse::<i32>().ok()?,
-                ticks.parse::<u64>().ok()?,
-                *role,
-                wall_to_boot(wall_ns.parse::<u64>().ok()?),
-            ))
-        })(),
-        _ => None,
-    };
-    let Some((what, pid, ticks, role, at)) = parsed else {
+    let Some(record) = parse_run(line, BootTime::wall_offset()) else {
         lock(&shared.malformed).push(format!("pod {pod}: {line:?}"));
         return;
     };
-    match (what, role) {
-        ("start", "leader") => {
+    let (pid, ticks, at) = (record.pid, record.ticks, record.at);
+    match (record.stop, record.mode.as_str()) {
+        (false, "leader") => {
             lock(&shared.intervals).push(LeaderInterval {
                 pod,
                 pid,
@@ -215,8 +210,8 @@ fn on_line(shared: &Arc<Shared>, pod: usize, line: &str) {
                 .expect("spawn exit watcher");
             lock(&shared.watchers).push(watcher);
         }
-        ("start", _) => *lock(&shared.follower_starts) += 1,
-        ("stop", "leader") => {
+        (false, _) => *lock(&shared.follower_starts) += 1,
+        (true, "leader") => {
             if let Some(i) = lock(&shared.intervals)
                 .iter_mut()
                 .rev()
@@ -225,15 +220,8 @@ fn on_line(shared: &Arc<Shared>, pod: usize, line: &str) {
                 i.stop_record = Some(at);
             }
         }
-        ("stop", _) => {}
-        _ => lock(&shared.malformed).push(format!("pod {pod}: {line:?}")),
+        (true, _) => {}
     }
-}
-
-/// Converts a wall-clock reading (ns since the epoch) to CLOCK_BOOTTIME, with the offset
-/// between the clocks as of now.
-fn wall_to_boot(wall_ns: u64) -> BootTime {
-    BootTime::from_wall_nanos(wall_ns)
 }
 
 /// Blocks until process `pid` (started at `ticks`) has exited; returns when that was known, or
@@ -265,6 +253,62 @@ fn wait_exit(shared: &Shared, pid: i32, ticks: u64) -> Option<BootTime> {
         }
     }
     None
+}
+
+/// Every pair of leader intervals that overlap, same pod included (a pod's own children are
+/// two writers too), intervals still running ending at `now`.
+pub fn overlapping(
+    intervals: &[LeaderInterval],
+    now: BootTime,
+) -> Vec<(LeaderInterval, LeaderInterval)> {
+    // Each interval is its own owner: any two of them at once is an overlap.
+    let stretches: Vec<Stretch<usize, BootTime>> = intervals
+        .iter()
+        .enumerate()
+        .map(|(i, iv)| Stretch {
+            owner: i,
+            start: iv.start,
+            end: Some(iv.end_or(now)),
+        })
+        .collect();
+    overlaps(&stretches)
+        .into_iter()
+        .map(|(i, j)| (intervals[i].clone(), intervals[j].clone()))
+        .collect()
+}
+
+/// What an app recorded of one run: its pid, the mode it ran in, and when it started and
+/// stopped (CLOCK_BOOTTIME seconds; `None` while it runs, or when it was killed without a
+/// stop record).
+#[derive(Clone, Debug)]
+pub struct AppRun {
+    pub pid: i32,
+    pub role: String,
+    pub start: f64,
+    pub stop: Option<f64>,
+}
+
+/// Every pair of leader-mode runs of different pods (`runs[pod]`) is disjoint in time; a run
+/// without a stop record lasts for ever.
+pub fn assert_leader_runs_disjoint(runs: &[Vec<AppRun>]) {
+    let leaders: Vec<(usize, &AppRun)> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.iter().filter(|r| r.role == "leader").map(move |r| (i, r)))
+        .collect();
+    let ns = |secs: f64| (secs * 1e9) as u64;
+    let stretches: Vec<Stretch<usize, u64>> = leaders
+        .iter()
+        .map(|(pod, r)| Stretch {
+            owner: *pod,
+            start: ns(r.start),
+            end: r.stop.map(ns),
+        })
+        .collect();
+    if let Some(&(i, j)) = overlaps(&stretches).first() {
+        let ((a_pod, a), (b_pod, b)) = (leaders[i], leaders[j]);
+        panic!("two apps in leader mode at once: pod {a_pod} {a:?} and pod {b_pod} {b:?}");
+    }
 }
 
 /// Field 22 of `/proc/PID/stat`: the start time in clock ticks since boot.

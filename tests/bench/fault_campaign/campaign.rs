@@ -34,12 +34,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 use nix::sys::signal::Signal;
 use pme_testkit::cluster::ControlPlaneProcess;
-use pme_testkit::oracle::runs::{LeaderInterval, Observer};
-use pme_testkit::{BootTime, Cluster};
+use pme_testkit::oracle::runs::{overlapping, LeaderInterval, Observer};
+use pme_testkit::pods::{Pod, PodSpec};
+use pme_testkit::recording_app::OnTerm;
+use pme_testkit::{BootTime, Cluster, FaultProxy, TestNs};
 
-use super::pod::{self, Pod};
 use super::schedule::{
-    self, FaultKind, Plan, Rng, Schedule, Target, KILL_GRACE, LEASE_DURATION, RETRY_PERIOD, SLACK,
+    self, FaultKind, Plan, Rng, Schedule, Target, CHILD_BACKOFF_MAX, KILL_GRACE, LEASE_DURATION,
+    RESTART_DELAY_MAX, RESTART_DELAY_MIN, RETRY_PERIOD, SLACK,
 };
 
 /// How long one leader must have run, with every process up, before the next fault.
@@ -511,11 +513,10 @@ pub fn run(config: &Config) -> Report {
         .tempdir()
         .expect("campaign dir")
         .keep();
-    let script = pod::write_child_script(&dir);
     let pods: Vec<Pod> = (0..config.pods)
-        .map(|i| Pod::new(i, &dir, &ns, cluster.api_addr(), &script, config.pod_uid))
+        .map(|i| campaign_pod(i, &dir, &ns, config.pod_uid))
         .collect();
-    let observer = Observer::start(pods.iter().map(Pod::records).collect());
+    let observer = Observer::start(pods.iter().map(Pod::runs_file).collect());
     let mut h = Harness {
         cluster: &cluster,
         rt,
@@ -528,7 +529,7 @@ pub fn run(config: &Config) -> Report {
         dir: dir.clone(),
     };
     for p in &mut h.pods {
-        p.start();
+        p.start_processes();
     }
     let started = Instant::now();
     let first = h.settle(Instant::now() + Duration::from_secs(60));
@@ -587,7 +588,7 @@ pub fn run(config: &Config) -> Report {
             .filter(|w| w[0].pod != w[1].pod)
             .count(),
         gaps: gaps(&intervals, &faults, stopped_at),
-        overlaps: overlaps(&intervals, stopped_at),
+        overlaps: overlapping(&intervals, stopped_at),
         follower_starts: h.observer.follower_starts(),
         malformed: h.observer.malformed(),
         starts: h.pods.iter().map(Pod::starts).collect(),
@@ -614,9 +615,18 @@ impl Harness<'_> {
     }
 
     fn tend(&mut self) {
+        let rng = &mut self.tend_rng;
         for p in &mut self.pods {
-            p.tend(&mut self.tend_rng);
+            p.tend(|| rng.between(RESTART_DELAY_MIN, RESTART_DELAY_MAX));
         }
+    }
+
+    /// Pod `i`'s fault proxy (every campaign pod has one).
+    fn proxy(&self, i: usize) -> &FaultProxy {
+        self.pods[i]
+            .proxy
+            .as_ref()
+            .expect("campaign pods have a proxy")
     }
 
     /// Tends the pods until every process has been up for a while and one pod has led for
@@ -710,16 +720,16 @@ impl Harness<'_> {
                 Some(i),
             ) => {
                 match kind {
-                    FaultKind::ProxyBlackhole => self.pods[i].proxy.blackhole(),
-                    FaultKind::ProxyReset => self.pods[i].proxy.reset(),
+                    FaultKind::ProxyBlackhole => self.proxy(i).blackhole(),
+                    FaultKind::ProxyReset => self.proxy(i).reset(),
                     _ => {
-                        self.pods[i].proxy.delay(plan.delay);
+                        self.proxy(i).delay(plan.delay);
                         note.push_str(&format!("{}ms per chunk ", plan.delay.as_millis()));
                     }
                 }
                 note.push_str(&format!("for {:.1}s", plan.hold.as_secs_f64()));
                 self.hold(plan.hold);
-                self.pods[i].proxy.pass();
+                self.proxy(i).pass();
             }
             (FaultKind::ApiserverRestart | FaultKind::EtcdRestart, _) => {
                 let which = if kind == FaultKind::EtcdRestart {
@@ -790,9 +800,9 @@ impl Harness<'_> {
             self.settle(Instant::now() + Duration::from_secs(30));
             match self.leader() {
                 Some(i) => {
-                    self.pods[i].proxy.blackhole();
+                    self.proxy(i).blackhole();
                     self.hold(LEASE_DURATION + RETRY_PERIOD + Duration::from_secs(1));
-                    self.pods[i].proxy.pass();
+                    self.proxy(i).pass();
                     note.push_str(&format!("pod-{i} (leader at the snapshot) deposed; "));
                 }
                 None => note.push_str("no leader to depose; "),
@@ -926,17 +936,44 @@ fn missed(hit: bool, note: &mut String) {
     }
 }
 
-/// Every pair of operator-mode intervals that overlap; `intervals` sorted by start.
-fn overlaps(intervals: &[LeaderInterval], now: BootTime) -> Vec<(LeaderInterval, LeaderInterval)> {
-    let mut found = Vec::new();
-    for (i, a) in intervals.iter().enumerate() {
-        for b in &intervals[i + 1..] {
-            if b.start < a.end_or(now) {
-                found.push((a.clone(), b.clone()));
-            }
-        }
-    }
-    found
+/// Campaign pod `index` in `root`: an elector behind its own fault proxy with the campaign's
+/// timings, a supervisor in a session of its own (its "container") with a short restart
+/// backoff, and the recording app as a real app is: slow to stop, or deaf to SIGTERM
+/// ([`OnTerm::Linger`]), idling without forking (PIDs are scarce over minutes). Each pod has
+/// its own UID; electors know it unless `electors_know_uid` is off (then none adopts).
+fn campaign_pod(index: usize, root: &std::path::Path, ns: &TestNs, electors_know_uid: bool) -> Pod {
+    let human = |d: Duration| format!("{}ms", d.as_millis());
+    // PME_CAMPAIGN_ON_CHANGE=leader-instance runs the campaign against a separate leader
+    // instance beside an always-running follower one; the oracle counts leader children.
+    let on_change = std::env::var("PME_CAMPAIGN_ON_CHANGE")
+        .map(|v| format!("--on-change={v}"))
+        .unwrap_or_else(|_| "--on-change=restart".to_owned());
+    let name = format!("pod-{index}");
+    let spec = PodSpec {
+        on_term: OnTerm::Linger,
+        app_idle: "3600",
+        supervisor_flags: vec![
+            on_change,
+            format!("--restart-backoff-max={}", human(CHILD_BACKOFF_MAX)),
+        ],
+        proxy: true,
+        timings: vec![
+            "--lease-duration".into(),
+            human(LEASE_DURATION),
+            "--renew-deadline".into(),
+            human(schedule::RENEW_DEADLINE),
+            "--retry-period".into(),
+            human(RETRY_PERIOD),
+            "--kill-grace".into(),
+            human(KILL_GRACE),
+        ],
+        kill_grace: human(KILL_GRACE),
+        // Unique per pod of a campaign; each campaign has its own Lease.
+        uid: Some(format!("00000000-0000-4000-8000-{index:012x}")),
+        electors_know_uid,
+        ..PodSpec::default()
+    };
+    Pod::new(&name, Some(&root.join(&name)), ns, spec)
 }
 
 /// The leaderless stretches between the first leader and the end, each with the fault that
