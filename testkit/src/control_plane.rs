@@ -349,12 +349,15 @@ impl ControlPlane {
         }
     }
 
-    /// The PIDs of the running processes.
-    pub fn pids(&self) -> Vec<(ControlPlaneProcess, u32)> {
+    /// Which process exited, and how, if one did (without stopping it through
+    /// [`ControlPlane::stop`]).
+    pub fn exited(&self) -> Option<String> {
         lock_children(&self.children)
-            .iter()
-            .map(|(w, c)| (*w, c.id()))
-            .collect()
+            .iter_mut()
+            .find_map(|(which, child)| match child.try_wait() {
+                Ok(Some(status)) => Some(format!("{} exited: {status}", which.name())),
+                _ => None,
+            })
     }
 }
 
