@@ -183,8 +183,12 @@ fn containers(ns: &str) -> (AppContainer, AppContainer) {
     (now, today)
 }
 
-/// What every pod shares: the namespace, Redis, keys, and the preload that moves port 9090.
+/// What every pod shares: the control plane, the namespace, Redis, keys, and the preload that
+/// moves port 9090.
 struct Bed {
+    /// A private control plane: Passmower 2.4's CRDs (served as v1 and v1beta1) are not the
+    /// 1.3.0 ones the other api tests install into the shared one, and only one can be there.
+    cluster: Cluster,
     ns: TestNs,
     app: PathBuf,
     redis_port: u16,
@@ -372,7 +376,7 @@ struct Tenure {
 
 async fn setup() -> Option<Bed> {
     let app = app()?;
-    let cluster = Cluster::shared();
+    let cluster = Cluster::start_private();
     let admin = cluster.admin_client().await;
     install_crds_of(&cluster.admin_client().await, &tree()).await;
     // The elector's Lease as inject names it (after the workload), not the test bed's default,
@@ -399,6 +403,7 @@ async fn setup() -> Option<Bed> {
     .expect("write the preload");
     let redis_port = free_port();
     Some(Bed {
+        cluster,
         ns,
         app,
         redis_port,
@@ -426,7 +431,7 @@ fn wait_leader(pods: &[PassmowerPod], not: Option<&str>, limit: Duration) -> Opt
 /// The run: A's Passmower first, B's elector first, C; then a client per tenure and a graceful
 /// handover after each but the last, the leader replaced by a new pod.
 async fn run(bed: &Bed, container: &AppContainer) -> Vec<Tenure> {
-    let admin = Cluster::shared().admin_client().await;
+    let admin = bed.cluster.admin_client().await;
     let ns = bed.ns.name.clone();
     let mut pods = vec![PassmowerPod::start_app(bed, "passmower-a", container)];
     // A's serving instance boots and, with its own election on, takes passmower-operators.
