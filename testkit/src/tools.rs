@@ -132,7 +132,7 @@ impl Sandbox {
         };
         let shim = format!(
             "#!/bin/bash\n\
-             # Stand-in for a registry and a kubelet (see tests/inject_support/tools.rs).\n\
+             # Stand-in for a registry and a kubelet (see testkit/src/tools.rs).\n\
              args=()\n\
              for a in \"$@\"; do\n\
              \x20 [[ \"$a\" == {UPSTREAM_OCI} ]] && a={chart}\n\

@@ -1,7 +1,7 @@
 //! Figures for `supervise` (printed, never asserted): grant change → new child running, grant
 //! expiry → old process group gone, and the supervisor's resident memory.
 //!
-//! `cargo test --test supervise_bench -- --ignored --nocapture`; set `SUPERVISE_BIN` to measure
+//! `cargo test --test bench supervise_bench:: -- --ignored --nocapture`; set `SUPERVISE_BIN` to measure
 //! another build, e.g. `SUPERVISE_BIN=target/release/passmower-elector` after `cargo build --release`.
 
 use std::time::{Duration, Instant};

@@ -229,12 +229,21 @@ fn relative_links_between_the_docs_resolve() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
-/// The roles docs/design/layout.md describes, each in its section `## role`.
-const LAYOUT_ROLES: [&str; 4] = ["election", "elect", "inject", "supervise"];
+/// The sections of docs/design/layout.md that name every file of a folder: `## role` for each
+/// role of `src/`, `## testkit` for the test kit and `## tests` for the test tiers, each with
+/// the folder its file names are relative to.
+const LAYOUT_SECTIONS: [(&str, &str); 6] = [
+    ("election", "src/election"),
+    ("elect", "src/elect"),
+    ("inject", "src/inject"),
+    ("supervise", "src/supervise"),
+    ("testkit", "testkit/src"),
+    ("tests", "tests"),
+];
 
 /// The files the layout page names in the section of `role`: every word that ends in `.rs`,
-/// as a path from the repository root (under `src/role/` unless it starts with `src/`).
-fn layout_files(role: &str) -> Vec<PathBuf> {
+/// as a path from the repository root (under `dir` unless it starts with `src/`).
+fn layout_files(role: &str, dir: &str) -> Vec<PathBuf> {
     let page = read("docs/design/layout.md");
     let heading = format!("## {role}");
     let section: Vec<&str> = page
@@ -255,7 +264,7 @@ fn layout_files(role: &str) -> Vec<PathBuf> {
             if word.starts_with("src/") {
                 PathBuf::from(word)
             } else {
-                Path::new("src").join(role).join(word)
+                Path::new(dir).join(word)
             }
         })
         .collect();
@@ -282,12 +291,12 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn the_layout_page_names_every_file_of_its_roles() {
+fn the_layout_page_names_every_file_of_its_roles_the_kit_and_the_tiers() {
     let mut missing = Vec::new();
-    for role in LAYOUT_ROLES {
-        let named = layout_files(role);
-        let dir = Path::new("src").join(role);
-        let on_disk = rust_files(&dir);
+    for (role, dir) in LAYOUT_SECTIONS {
+        let named = layout_files(role, dir);
+        let dir = Path::new(dir);
+        let on_disk = rust_files(dir);
         assert!(
             on_disk.len() > 5,
             "{}: too few .rs files found",
@@ -310,8 +319,8 @@ fn the_layout_page_names_every_file_of_its_roles() {
 #[test]
 fn every_file_the_layout_page_names_exists() {
     let mut gone = Vec::new();
-    for role in LAYOUT_ROLES {
-        let named = layout_files(role);
+    for (role, dir) in LAYOUT_SECTIONS {
+        let named = layout_files(role, dir);
         assert!(named.len() > 5, "{role}: too few files parsed: {named:?}");
         gone.extend(
             named

@@ -1,6 +1,7 @@
 //! Golden tests of `passmower-elector inject`: each input under tests/golden/inject/ is run
 //! through the binary and compared with its `.out.yaml`. `UPDATE_GOLDEN=1 cargo test --test
-//! inject_golden` rewrites the expected files instead of comparing (review the diff!).
+//! scenarios inject_golden::` rewrites the expected files instead of comparing (review the
+//! diff!).
 
 use crate::golden::{golden, golden_path, inject, ExitStatus, IMAGE};
 use passmower_elector::inject::{inject_str, InjectOptions, WorkloadKind};
