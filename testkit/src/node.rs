@@ -9,12 +9,9 @@
 //! group's tests share it, as each file once had a node of its own. The last node is torn down
 //! at exit.
 //!
-//! The binaries come from
-//! `scripts/build-test-cluster.sh` (`PME_CONTROL_PLANE`) and `scripts/build-node.sh`
-//! (`PME_NODE_BIN`), the images from `scripts/build-node-images.sh` (`PME_NODE_IMAGES`) and
-//! `scripts/build-sidecar-image.sh`.
-
-#![allow(dead_code)]
+//! The binaries come from `scripts/build-test-cluster.sh` (`PME_CONTROL_PLANE`) and
+//! `scripts/build-node.sh` (`PME_NODE_BIN`), the images from `scripts/build-node-images.sh`
+//! (`PME_NODE_IMAGES`) and `scripts/build-sidecar-image.sh`.
 
 pub mod audit;
 pub mod cgroups;

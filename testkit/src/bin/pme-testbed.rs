@@ -11,7 +11,8 @@
 //! kube-apiserver on loopback, and once `/readyz` says ok writes `DIR/server` (the URL),
 //! `DIR/ca.crt`, `DIR/admin.token`, `DIR/kubeconfig-admin.json` and `DIR/kubeconfig-NAME.json`
 //! for each user, then `DIR/ready`, and prints `ready URL`. It runs until SIGTERM, SIGINT or
-//! SIGHUP, then stops both processes by PID and exits 0; it exits 1 when one of them dies.
+//! SIGHUP, then stops both processes by PID and exits 0; it exits 1 when one of them dies or
+//! the start fails, 2 on a usage error.
 //! Users get a random static token (in `DIR/tokens.csv`) and the groups given, or
 //! `system:masters`. The binaries come from `PME_CONTROL_PLANE` or
 //! `scripts/build-test-cluster.sh`.
@@ -48,8 +49,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// A usage or start error, printed as it is.
+/// A usage error (exit 2), or, from [`start_failed`], one of the run (exit 1); printed as it is.
 struct Usage(String);
+
+/// The run failed after the arguments were fine: the message, exit code 1.
+fn start_failed(message: String) -> ExitCode {
+    eprintln!("pme-testbed: {message}");
+    ExitCode::FAILURE
+}
 
 fn free_ports(args: &[String]) -> Result<ExitCode, Usage> {
     let n: usize = match args {
@@ -81,12 +88,19 @@ fn control_plane(args: &[String]) -> Result<ExitCode, Usage> {
     let mut options = Options::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Usage(format!("{flag} needs a value\n{USAGE}")))
+        // `--flag VALUE` or `--flag=VALUE`.
+        let (arg, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
         };
-        match arg.as_str() {
+        let mut value = |flag: &str| match inline.clone() {
+            Some(value) => Ok(value),
+            None => it
+                .next()
+                .cloned()
+                .ok_or_else(|| Usage(format!("{flag} needs a value\n{USAGE}"))),
+        };
+        match arg {
             "--user" => {
                 let spec = value("--user")?;
                 let (name, groups) = match spec.split_once('=') {
@@ -99,7 +113,7 @@ fn control_plane(args: &[String]) -> Result<ExitCode, Usage> {
                     )));
                 }
                 options.users.push(TokenUser {
-                    token: random_token().map_err(Usage)?,
+                    token: String::new(), // below, once the arguments are fine
                     name: name.to_owned(),
                     uid: format!("uid-{name}"),
                     groups,
@@ -121,6 +135,12 @@ fn control_plane(args: &[String]) -> Result<ExitCode, Usage> {
     }
     let dir = dir.ok_or_else(|| Usage(format!("control-plane needs a DIR\n{USAGE}")))?;
     options.dir = Some(dir.clone());
+    for user in &mut options.users {
+        user.token = match random_token() {
+            Ok(token) => token,
+            Err(e) => return Ok(start_failed(e)),
+        };
+    }
     let users: Vec<TokenUser> = options.users.clone();
 
     // The stop signals are waited for, not handled: blocked here, before any thread starts,
@@ -129,20 +149,29 @@ fn control_plane(args: &[String]) -> Result<ExitCode, Usage> {
     for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         stop.add(sig);
     }
-    stop.thread_block()
-        .map_err(|e| Usage(format!("block the stop signals: {e}")))?;
+    if let Err(e) = stop.thread_block() {
+        return Ok(start_failed(format!("block the stop signals: {e}")));
+    }
 
-    let cp = ControlPlane::start(options).map_err(Usage)?;
-    let write = |name: &str, text: &[u8]| {
-        fs::write(dir.join(name), text).map_err(|e| Usage(format!("write {name}: {e}")))
+    let cp = match ControlPlane::start(options) {
+        Ok(cp) => cp,
+        Err(e) => return Ok(start_failed(e)),
     };
-    write("server", format!("{}\n", cp.server_url()).as_bytes())?;
-    write("ca.crt", &cp.ca_pem())?;
-    write("admin.token", format!("{}\n", cp.admin_token()).as_bytes())?;
+    let write = |name: &str, text: &[u8]| {
+        fs::write(dir.join(name), text).map_err(|e| format!("write {name}: {e}"))
+    };
+    let written = write("server", format!("{}\n", cp.server_url()).as_bytes())
+        .and_then(|()| write("ca.crt", &cp.ca_pem()))
+        .and_then(|()| write("admin.token", format!("{}\n", cp.admin_token()).as_bytes()));
+    if let Err(e) = written {
+        return Ok(start_failed(e));
+    }
     for user in &users {
         cp.kubeconfig_for_token(&user.name, &user.token);
     }
-    write("ready", b"")?;
+    if let Err(e) = write("ready", b"") {
+        return Ok(start_failed(e));
+    }
     println!("ready {}", cp.server_url());
 
     // A dead etcd or apiserver ends the testbed (exit 1) as a stop signal does (exit 0): the
@@ -161,9 +190,10 @@ fn control_plane(args: &[String]) -> Result<ExitCode, Usage> {
             }
         });
     }
-    let signal = stop
-        .wait()
-        .map_err(|e| Usage(format!("wait for a signal: {e}")))?;
+    let signal = match stop.wait() {
+        Ok(signal) => signal,
+        Err(e) => return Ok(start_failed(format!("wait for a signal: {e}"))),
+    };
     if died.load(Ordering::SeqCst) {
         return Ok(ExitCode::FAILURE);
     }
