@@ -2,9 +2,9 @@
 # The end-to-end tests on a real one-node Kubernetes, all of them, for every Passmower
 # generation: builds (or finds in the cache) the control plane, the node binaries, helm and, per
 # generation, the images, then runs the node tier (tests/node: node_smoke, real_pods,
-# webhook_node) with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
-# marked ignored (but the hold-for-a-look, the demo and the write inventory, which have scripts
-# of their own). Each scenario file gets a node of its own, one after another.
+# webhook_node, status_node) with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including
+# the tests marked ignored (but the hold-for-a-look, the demo and the write inventory, which
+# have scripts of their own). Each scenario file gets a node of its own, one after another.
 #
 #   scripts/real-pods.sh                       # everything, 3 rounds per fault, 1.3 2.2 2.4
 #   PME_PASSMOWER_GENERATIONS=2.4 scripts/real-pods.sh
@@ -43,16 +43,13 @@ else
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
 status=0
-read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
-[[ ${#generations[@]} -eq 1 ]] && IFS=, read -r -a generations <<<"${generations[0]}"
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
+generations_text="$(generation_list "${PME_PASSMOWER_GENERATIONS:-}" "real-pods.sh: PME_PASSMOWER_GENERATIONS")" || exit 2
+mapfile -t generations <<<"$generations_text"
 for gen in "${generations[@]}"; do
-  case "$gen" in
-    1.3) tree=passmower ;;
-    2.2) tree=passmower-before-election ;;
-    2.4) tree=passmower-with-election ;;
-    *) echo "real-pods.sh: PME_PASSMOWER_GENERATIONS: unknown generation '$gen' (allowed: 1.3 2.2 2.4)" >&2; exit 2 ;;
-  esac
-  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$PWD/../shared/upstream/$tree"
+  PME_UPSTREAM="$(generation_upstream "$gen")"
+  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM
   PME_NODE_IMAGES="$(last scripts/build-node-images.sh)"
   export PME_NODE_IMAGES
   echo "=== Passmower $gen ($PME_UPSTREAM) ===" | tee -a "$PME_REAL_PODS_REPORT"

@@ -45,8 +45,10 @@ pub struct PodSpec {
     /// The app container is down before the elector starts (its image could not be pulled, it
     /// was OOM-killed): nothing listens on the toggle and nothing reads the flag file.
     pub app_container_down: bool,
-    /// The pod's UID: a random one when `None`.
+    /// The pod's UID (a Pod object's, when the test made one): a random one when `None`.
     pub uid: Option<String>,
+    /// The elector's `--probe-addr`; `127.0.0.1:0` (any free port) when unset.
+    pub probe_addr: Option<String>,
     /// Whether its electors know the UID (`POD_UID`, as the downward API gives it); without
     /// it they never adopt.
     pub electors_know_uid: bool,
@@ -65,6 +67,7 @@ impl Default for PodSpec {
             kill_grace: "1s".into(),
             app_container_down: false,
             uid: None,
+            probe_addr: None,
             electors_know_uid: true,
         }
     }
@@ -269,11 +272,12 @@ impl Pod {
     pub fn spawn_elector(&self, uid: Option<&str>, extra: &[&str]) -> ElectorProcess {
         let flag = self.flag_file().to_string_lossy().into_owned();
         let toggle = format!("http://127.0.0.1:{}/grant", self.port);
+        let probe = self.spec.probe_addr.as_deref().unwrap_or("127.0.0.1:0");
         let mut args = vec![
             "--lease-name",
             &self.ns.lease_name,
             "--probe-addr",
-            "127.0.0.1:0",
+            probe,
             "--flag-file",
             &flag,
             "--toggle-url",

@@ -5,7 +5,7 @@
 //! elector's read and its write, not for an app that keeps failing as leader.
 //!
 //! Each "pod" is an elector (with `POD_UID` as the downward API sets it), a supervisor and a
-//! recording stand-in app (`tests/support_pods`); the apps' records are the ground truth.
+//! recording stand-in app (`testkit/src/recording_app.rs`); the apps' records are the ground truth.
 
 use std::time::{Duration, Instant};
 

@@ -192,7 +192,7 @@ async fn a_crash_looping_leader_steps_down_and_leadership_moves_without_two_lead
         ok,
         "leadership did not move between the crash-looping pods: step-downs {counts:?}"
     );
-    // The apps' own records are the ground truth (the flag-file oracle of tests/support/grants
+    // The apps' own records are the ground truth (the flag-file oracle of testkit/src/oracle/grants.rs
     // adds a kill grace after every grant, which acked handovers do not wait for).
     assert_leader_runs_disjoint(&pods);
     let leader_runs: Vec<usize> = pods

@@ -4,5 +4,6 @@
 
 mod node_smoke;
 mod real_pods;
+mod status_node;
 mod webhook_node;
 mod write_inventory;

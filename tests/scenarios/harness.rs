@@ -347,3 +347,11 @@ fn only_admitted_writes_outside_a_tenure_are_violations() {
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert!(bad[0].contains("10.88.0.3 at 160"), "{bad:?}");
 }
+
+#[test]
+fn base64_matches_rfc_4648() {
+    use pme_testkit::node::email_login::base64;
+    assert_eq!(base64(b"foobar", false), "Zm9vYmFy");
+    assert_eq!(base64(b"fo", false), "Zm8=");
+    assert_eq!(base64(b"f", true), "Zg");
+}
