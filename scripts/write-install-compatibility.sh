@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Generates docs/results/install-compatibility.md: which versions of Kubernetes, Helm,
 # kustomize and Passmower, on which architecture, each install path ran with, from the records
-# the install tests write (tests/install_support, PME_INSTALL_RECORD): the apiserver-only tests
-# of every path (tests/install_*.rs) and, with PME_INSTALL_NODE=1 (root, holds
-# /tmp/real-pods.lock), the real-pod test of the k3s path (tests/k3s_node.rs), which adds the
-# kubelet's version. Passmower generations come from docs/results/compatibility.md
-# (scripts/write-inventory.sh). A test that fails is written down as such.
+# the install tests write (pme_testkit::install::Record, PME_INSTALL_RECORD): the
+# apiserver-only tests of every path (the api tier's install_* modules, tests/api/install_*.rs)
+# and, with PME_INSTALL_NODE=1 (root, holds /tmp/real-pods.lock), the real-pod test of the k3s
+# path (the node tier's k3s_node, tests/node/k3s_node.rs), which adds the kubelet's version.
+# Passmower generations come from docs/results/compatibility.md (scripts/write-inventory.sh).
+# A test that fails is written down as such.
 #
 #   scripts/write-install-compatibility.sh                       # about 6 minutes warm
 #   PME_INSTALL_NODE=1 scripts/write-install-compatibility.sh    # and the k3s path on real pods
@@ -24,18 +25,15 @@ runs="$(cd "$target/install-compatibility" && pwd)"
 rm -f "$runs"/*.json "$runs"/*.log "$runs"/failed.txt
 export PME_INSTALL_RECORD="$runs"
 
-tests=(install_lifecycle install_flux install_argocd install_k3s install_webhook install_guard)
-for t in "${tests[@]}"; do
-  if ! cargo test --locked --test "$t" >"$runs/$t.log" 2>&1; then
-    echo "$t: $(grep -E '^test .* FAILED' "$runs/$t.log" | tr '\n' ' ')" >>"$runs/failed.txt"
-  fi
-done
+if ! cargo test --locked --test api -- install_ >"$runs/api.log" 2>&1; then
+  echo "api: $(grep -E '^test .* FAILED' "$runs/api.log" | tr '\n' ' ')" >>"$runs/failed.txt"
+fi
 if [[ "${PME_INSTALL_NODE:-}" == 1 ]]; then
   export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
   export PME_NODE_IMAGES="${PME_NODE_IMAGES:-$(last scripts/build-node-images.sh)}"
-  if ! flock /tmp/real-pods.lock cargo test --locked --features real-pods --test k3s_node \
-    >"$runs/k3s_node.log" 2>&1; then
-    echo "k3s_node: $(grep -E '^test .* FAILED' "$runs/k3s_node.log" | tr '\n' ' ')" >>"$runs/failed.txt"
+  if ! flock /tmp/real-pods.lock cargo test --locked --features real-pods --test node -- k3s_node:: \
+    >"$runs/node.log" 2>&1; then
+    echo "node: $(grep -E '^test .* FAILED' "$runs/node.log" | tr '\n' ' ')" >>"$runs/failed.txt"
   fi
 fi
 
@@ -77,7 +75,7 @@ for r in rows:
     page = pages.get(r["path"])
     path = f"[{r['path']}](../{page})" if page else r["path"]
     lines.append(
-        f"| {path} | `{r['test']}` | {r['ran']} | {cell(r['apiserver'])} | {cell(r['kubelet'])} | "
+        f"| {path} | `--test {r['tier']} -- {r['test']}` | {r['ran']} | {cell(r['apiserver'])} | {cell(r['kubelet'])} | "
         f"{cell(r['helm'])} | {cell(r['kustomize'])} | {r['passmower_chart']} (generation {r['passmower_generation']}) | {r['arch']} |"
     )
 if not rows:
@@ -103,7 +101,7 @@ lines += [
     "| what | versions the tests ran | from |",
     "|---|---|---|",
     f"| Kubernetes apiserver | {seen('apiserver')} | every row |",
-    f"| kubelet | {seen('kubelet')} | the real-pod rows; also `tests/webhook_node.rs` and the other real-pod tests ([testing.md](../testing.md#real-pods-a-one-node-kubernetes-in-the-tests)) |",
+    f"| kubelet | {seen('kubelet')} | the real-pod rows; also `tests/node/webhook_node.rs` and the other real-pod tests ([testing.md](../testing.md#real-pods-a-one-node-kubernetes-in-the-tests)) |",
     f"| kubectl | {seen('kubectl')} | every row (the client the blocks ran) |",
     f"| Helm | {seen('helm')} | the rows naming it; Flux and Argo CD rows: the helm the test ran in the controller's place |",
     f"| kustomize | {seen('kustomize')} | the kustomize and Flux rows |",

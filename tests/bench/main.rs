@@ -1,0 +1,12 @@
+//! The bench tier: figures, printed and written to docs/results/, never timed asserts. The
+//! side-by-side election benchmark, `supervise`'s own figures and the fault campaign (whose
+//! safety and liveness are asserted).
+
+// Each tier uses its part of the product's side of the kit.
+#[allow(dead_code, unused_imports)]
+#[path = "../product/mod.rs"]
+mod product;
+
+mod bench_election;
+mod fault_campaign;
+mod supervise_bench;
