@@ -4,6 +4,7 @@
 //! this machine lacks (a registry: the OCI reference names the upstream chart directory; a
 //! kubelet: installs skip the chart's pre-install hook Job, which nothing would run).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -191,25 +192,29 @@ impl Sandbox {
             }
         }
         let mut child = cmd.spawn().expect("spawn bash");
+        // Read both pipes while the script runs: a command that prints more than a pipe holds
+        // (64 KiB; `kubectl get -o json` of objects with a chart inline does) would otherwise
+        // block on its write until the limit.
+        let stdout = drain(child.stdout.take().expect("stdout"));
+        let stderr = drain(child.stderr.take().expect("stderr"));
         let deadline = Instant::now() + limit;
-        loop {
+        let status = loop {
             match child.try_wait() {
-                Ok(Some(_)) => break,
+                Ok(Some(status)) => break Some(status),
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 _ => {
                     // Our own child, by PID.
                     let _ = child.kill();
-                    break;
+                    break child.wait().ok();
                 }
             }
-        }
-        let out = child.wait_with_output().expect("bash output");
+        };
         Ran {
-            success: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            success: status.is_some_and(|s| s.success()),
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
         }
     }
 
@@ -223,6 +228,16 @@ impl Sandbox {
         );
         ran
     }
+}
+
+/// Reads `pipe` to its end on a thread of its own, as text.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        // A read error ends the output there; the script's status says whether it ran.
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
 }
 
 /// The blocks of a markdown file marked `<!-- tested: NAME -->` (the fenced block right after
