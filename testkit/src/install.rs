@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use crate::tools::{tested_blocks, Helm, Ran, Sandbox, UPSTREAM_VERSION};
 
-/// The sidecar image every install page sets.
-pub const DOCS_IMAGE: &str = "registry.example.com/passmower-elector:0.1.0";
+/// The sidecar image the install pages set: the released one, by tag.
+pub const DOCS_IMAGE: &str = "ghcr.io/passmower/passmower-elector:0.1.0";
 
 /// The fenced block after `<!-- tested: NAME -->` in `markdown`; panics when there is none.
 pub fn block(markdown: &str, name: &str) -> String {

@@ -1,8 +1,10 @@
 //! The tools a new user runs (helm 3 and 4, kustomize, kubectl, the `passmower-elector`
 //! binary) and a sandbox to run their commands as written: a scratch directory laid out like
 //! this repository, on a `PATH` where `helm` is the real helm behind a thin stand-in for what
-//! this machine lacks (a registry: the OCI reference names the upstream chart directory; a
-//! kubelet: installs skip the chart's pre-install hook Job, which nothing would run).
+//! this machine lacks (a registry: the upstream chart's OCI reference names its chart
+//! directory, and the released passmower-elector charts' name this repository's charts as the
+//! release packages them; a kubelet: installs skip the chart's pre-install hook Job, which
+//! nothing would run).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,34 @@ use crate::repo;
 pub const UPSTREAM_OCI: &str = "oci://ghcr.io/passmower/charts/passmower";
 /// The upstream chart version the documentation installs; its image tag is the same.
 pub const UPSTREAM_VERSION: &str = "1.3.0";
+
+/// Where a release publishes the passmower-elector charts (docs/release.md).
+pub const RELEASED_CHARTS: &str = "oci://ghcr.io/passmower/charts";
+/// Where a release publishes the sidecar image.
+pub const RELEASED_IMAGE_REPOSITORY: &str = "ghcr.io/passmower/passmower-elector";
+/// The releases the install pages name: the one they install and the one their upgrades move
+/// to. The sandbox's registry stand-in serves these two versions of the charts.
+pub const RELEASES: [&str; 2] = ["0.1.0", "0.1.1"];
+
+/// The image a release of `version` names (its charts' values, its standalone binary's
+/// default): `REPOSITORY:VERSION@DIGEST`. The digest stands in for the one a release computes
+/// from its image index (a SHA-256 of `passmower-elector VERSION`): no image has it, and no
+/// test that reads it pulls it.
+pub fn released_image(version: &str) -> String {
+    format!(
+        "{RELEASED_IMAGE_REPOSITORY}:{version}@{}",
+        stand_in_digest(version)
+    )
+}
+
+fn stand_in_digest(version: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("passmower-elector {version}").as_bytes(),
+    );
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
 
 /// Held by the tests that run helm against a private control plane of their own: those are the
 /// slow ones, and one at a time is what the machine takes (a lock of the whole test binary,
@@ -97,6 +127,52 @@ pub fn upstream_chart() -> PathBuf {
         .expect("the upstream Passmower chart (shared/upstream/passmower/charts/passmower, or PME_UPSTREAM_PASSMOWER)")
 }
 
+/// The `helm` on a sandbox's `PATH`: the real one behind a stand-in for a registry and a
+/// kubelet. The upstream chart's OCI reference names its chart directory; a released
+/// passmower-elector chart names a copy of this repository's, packaged as `scripts/release.sh`
+/// packages it (version and appVersion, the image with its digest in the values); installs
+/// skip hooks.
+const HELM_SHIM: &str = r#"#!/bin/bash
+# Stand-in for a registry and a kubelet (see testkit/src/tools.rs).
+released() {
+  local name=$1 version=$2 digest dir tmp
+  case "$version" in
+@RELEASES@    *) echo "helm (stand-in registry): no $name version '$version' here (@VERSIONS@)" >&2
+       return 1 ;;
+  esac
+  dir=@ROOT@/.released/$name-$version
+  if [[ ! -d $dir ]]; then
+    tmp=$dir.$$
+    mkdir -p @ROOT@/.released &&
+      cp -rL "@REPO@/charts/$name" "$tmp" &&
+      python3 @REPO@/scripts/release/set-chart-image.py "$tmp" @RELEASED_IMAGE@ "$version" "$digest" >&2 &&
+      sed -i -e "s/^version: .*/version: $version/" \
+        -e "s/^appVersion: .*/appVersion: \"$version\"/" "$tmp/Chart.yaml" || return 1
+    # Another helm of this sandbox may have made it meanwhile.
+    mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+  fi
+  echo "$dir"
+}
+version=
+prev=
+for a in "$@"; do
+  if [[ $prev == --version ]]; then version=$a; fi
+  if [[ $a == --version=* ]]; then version=${a#--version=}; fi
+  prev=$a
+done
+args=()
+for a in "$@"; do
+  case "$a" in
+    @UPSTREAM_OCI@) a=@UPSTREAM_CHART@ ;;
+    @RELEASED_CHARTS@/passmower-elector|@RELEASED_CHARTS@/passmower-elector-webhook)
+      a=$(released "${a##*/}" "$version") || exit 1 ;;
+  esac
+  args+=("$a")
+done
+case "${1:-}" in install|upgrade) args+=(--no-hooks) ;; esac
+exec @HELM@ "${args[@]}"
+"#;
+
 /// Which helm a sandbox puts on `PATH`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Helm {
@@ -131,19 +207,20 @@ impl Sandbox {
             Helm::V3 => helm3(),
             Helm::V4 => helm4(),
         };
-        let shim = format!(
-            "#!/bin/bash\n\
-             # Stand-in for a registry and a kubelet (see testkit/src/tools.rs).\n\
-             args=()\n\
-             for a in \"$@\"; do\n\
-             \x20 [[ \"$a\" == {UPSTREAM_OCI} ]] && a={chart}\n\
-             \x20 args+=(\"$a\")\n\
-             done\n\
-             case \"${{1:-}}\" in install|upgrade) args+=(--no-hooks) ;; esac\n\
-             exec {real} \"${{args[@]}}\"\n",
-            chart = upstream_chart().display(),
-            real = real.display(),
-        );
+        let releases: String = RELEASES
+            .iter()
+            .map(|v| format!("    {v}) digest={} ;;\n", stand_in_digest(v)))
+            .collect();
+        let shim = HELM_SHIM
+            .replace("@UPSTREAM_OCI@", UPSTREAM_OCI)
+            .replace("@UPSTREAM_CHART@", &upstream_chart().display().to_string())
+            .replace("@RELEASED_CHARTS@", RELEASED_CHARTS)
+            .replace("@RELEASED_IMAGE@", RELEASED_IMAGE_REPOSITORY)
+            .replace("@RELEASES@", &releases)
+            .replace("@VERSIONS@", &RELEASES.join(", "))
+            .replace("@ROOT@", &root.display().to_string())
+            .replace("@REPO@", &repo().display().to_string())
+            .replace("@HELM@", &real.display().to_string());
         std::fs::write(bin.join("helm"), shim).expect("helm shim");
         std::fs::set_permissions(
             bin.join("helm"),

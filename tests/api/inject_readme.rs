@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use pme_testkit::install::DOCS_IMAGE;
 use pme_testkit::tools::{tested_blocks, Helm, Sandbox, UPSTREAM_OCI, UPSTREAM_VERSION};
 use pme_testkit::Cluster;
 
@@ -40,6 +41,7 @@ const PAGES: [(&str, &str, &[&str]); 15] = [
             "helm3-upgrade-elector",
             "helm3-rollback",
             "helm3-uninstall",
+            "helm3-chart",
         ],
     ),
     (
@@ -245,10 +247,7 @@ fn assert_retrofitted(sandbox: &Sandbox, namespace: &str, rbac: bool) {
         .iter()
         .find(|c| c["name"] == "passmower-elector")
         .expect("the elector sidecar");
-    assert_eq!(
-        elector["image"],
-        "registry.example.com/passmower-elector:0.1.0"
-    );
+    assert_eq!(elector["image"], DOCS_IMAGE);
     assert_eq!(elector["restartPolicy"], "Always");
     assert_eq!(
         pod["containers"][0]["image"],
@@ -365,7 +364,7 @@ fn install_kubectl() {
            | kubectl -n list create -f -\n\
          kubectl -n list get deployments -o yaml >live.yaml\n\
          grep -q '^kind: List' live.yaml\n\
-         passmower-elector inject --image registry.example.com/passmower-elector:0.1.0 -f live.yaml >injected.yaml\n\
+         passmower-elector inject --image {DOCS_IMAGE} -f live.yaml >injected.yaml\n\
          kubectl apply --dry-run=server -f injected.yaml\n\
          kubectl apply -f injected.yaml"
     ));

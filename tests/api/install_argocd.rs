@@ -1,9 +1,9 @@
 //! The Argo CD page (docs/install/argocd.md) as written against a real kube-apiserver, with
 //! what Argo CD does with its `Application`s done by the test beside each block (no Argo CD
 //! runs here; its CRD stands in schema-less): for each new or changed `Application`, `helm
-//! template` of its source — this repository's chart directory for the Git `repoURL`, the
-//! upstream chart for the OCI Helm repository, which must be declared by a repository Secret
-//! with `enableOCI` — with its `releaseName`, `valuesObject`, destination namespace and the
+//! template` of its source — a chart of the OCI Helm repository, which must be declared by a
+//! repository Secret with `enableOCI` (the sandbox's registry stand-in serves the upstream
+//! chart and the released passmower-elector charts) — with its `releaseName`, `valuesObject`, destination namespace and the
 //! apiserver's version, hooks left out; the namespace created with `managedNamespaceMetadata`
 //! when `CreateNamespace=true`, a sync failure when the namespace is missing otherwise; then
 //! `kubectl apply` of the result. An `Application` deleted with the resources finalizer has
@@ -19,13 +19,11 @@ use crate::product::install::replicas_and_elector_image;
 use pme_testkit::install::{
     block, get, object_keys, policies, run_beside, settle, stand_in_crd, Record,
 };
-use pme_testkit::tools::{Helm, Ran, Sandbox};
+use pme_testkit::tools::{released_image, Helm, Ran, Sandbox};
 use pme_testkit::Cluster;
 use serde_json::Value;
 
 const ARGOCD: &str = include_str!("../../docs/install/argocd.md");
-/// The Git repository the page points Argo CD at: this one, whose charts the sandbox holds.
-const THIS_REPOSITORY: &str = "https://github.com/passmower/passmower-elector.git";
 const FINALIZER: &str = "resources-finalizer.argocd.argoproj.io";
 
 /// What Argo CD last synced, per Application: its spec and the objects it applied.
@@ -96,39 +94,35 @@ fn sync(sandbox: &Sandbox, app: &Value) -> (Ran, Vec<(String, String, String)>) 
         .expect("namespace");
     let repo = source["repoURL"].as_str().expect("repoURL");
     let revision = source["targetRevision"].as_str().unwrap_or("HEAD");
-    let chart = if let Some(chart) = source["chart"].as_str() {
-        // A Helm repository; an OCI one only when declared with enableOCI.
-        let secrets = sandbox
-            .ok("kubectl -n argocd get secrets -l argocd.argoproj.io/secret-type=repository -o json")
-            .stdout;
-        let secrets: Value = serde_json::from_str(&secrets).expect("JSON");
-        let declared = secrets["items"].as_array().expect("items").iter().any(|s| {
-            let field = |k: &str| {
-                s["data"][k]
-                    .as_str()
-                    .map(|v| decode(sandbox, v))
-                    .unwrap_or_default()
-            };
-            field("url") == repo && field("enableOCI") == "true" && field("type") == "helm"
-        });
-        if !declared {
-            return (
-                failed(format!("{repo}: no Helm OCI repository declared")),
-                Vec::new(),
-            );
-        }
-        format!("oci://{repo}/{chart} --version {revision}")
-    } else {
-        assert_eq!(
-            repo, THIS_REPOSITORY,
-            "a Git source this test does not hold"
+    let Some(chart) = source["chart"].as_str() else {
+        return (
+            failed(format!(
+                "{repo}: a Git source; the page's are Helm repositories"
+            )),
+            Vec::new(),
         );
-        sandbox
-            .root()
-            .join(source["path"].as_str().expect("path"))
-            .display()
-            .to_string()
     };
+    // An OCI Helm repository, only when declared with enableOCI.
+    let secrets = sandbox
+        .ok("kubectl -n argocd get secrets -l argocd.argoproj.io/secret-type=repository -o json")
+        .stdout;
+    let secrets: Value = serde_json::from_str(&secrets).expect("JSON");
+    let declared = secrets["items"].as_array().expect("items").iter().any(|s| {
+        let field = |k: &str| {
+            s["data"][k]
+                .as_str()
+                .map(|v| decode(sandbox, v))
+                .unwrap_or_default()
+        };
+        field("url") == repo && field("enableOCI") == "true" && field("type") == "helm"
+    });
+    if !declared {
+        return (
+            failed(format!("{repo}: no Helm OCI repository declared")),
+            Vec::new(),
+        );
+    }
+    let chart = format!("oci://{repo}/{chart} --version {revision}");
     let options = spec["syncPolicy"]["syncOptions"].to_string();
     let exists = get(sandbox, "", &format!("namespace {namespace}")).is_some();
     if !exists && !options.contains("CreateNamespace=true") {
@@ -208,6 +202,17 @@ fn the_argocd_page_installs_upgrades_and_removes_as_argocd_syncs_it() {
 
     beside(&block(ARGOCD, "argocd-webhook"));
     sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
+    let webhook_image = || {
+        get(
+            &sandbox,
+            "passmower-elector-system",
+            "deployment passmower-elector-webhook",
+        )
+        .expect("webhook")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone()
+    };
+    // The released chart names the image released with it.
+    assert_eq!(webhook_image(), released_image("0.1.0").as_str());
     beside(&block(ARGOCD, "argocd"));
     let ns = get(&sandbox, "", "namespace passmower").expect("namespace");
     assert_eq!(
@@ -230,16 +235,7 @@ fn the_argocd_page_installs_upgrades_and_removes_as_argocd_syncs_it() {
     );
 
     beside(&block(ARGOCD, "argocd-upgrade"));
-    let webhook = get(
-        &sandbox,
-        "passmower-elector-system",
-        "deployment passmower-elector-webhook",
-    )
-    .expect("webhook");
-    assert_eq!(
-        webhook["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.example.com/passmower-elector:0.1.1"
-    );
+    assert_eq!(webhook_image(), released_image("0.1.1").as_str());
 
     beside(&block(ARGOCD, "argocd-uninstall"));
     assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (1, None));

@@ -215,7 +215,7 @@ fn the_flux_page_installs_upgrades_and_removes_as_flux_runs_it() {
         replicas_and_elector_image(&sandbox, "passmower"),
         (
             3,
-            Some("registry.example.com/passmower-elector:0.1.1".to_owned())
+            Some("ghcr.io/passmower/passmower-elector:0.1.1".to_owned())
         )
     );
     let file = std::fs::read_to_string(sandbox.root().join("passmower.yaml")).expect("file");

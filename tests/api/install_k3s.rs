@@ -10,7 +10,7 @@
 use crate::product::install::{assert_refused_by_guard, replicas_and_elector_image};
 use pme_testkit::install::helm_controller::HelmController;
 use pme_testkit::install::{block, deployment, get, policies, stand_in_crd, Record};
-use pme_testkit::tools::{Helm, Sandbox};
+use pme_testkit::tools::{released_image, Helm, Sandbox};
 use pme_testkit::Cluster;
 
 const K3S: &str = include_str!("../../docs/install/k3s.md");
@@ -36,9 +36,10 @@ fn the_k3s_page_installs_upgrades_and_removes_as_helm_controller_runs_it() {
         "deployment passmower-elector-webhook",
     )
     .expect("the webhook's Deployment");
+    // The released chart names the image released with it.
     assert_eq!(
         webhook["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.example.com/passmower-elector:0.1.0"
+        released_image("0.1.0").as_str()
     );
     sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
 
@@ -86,13 +87,10 @@ fn the_k3s_page_installs_upgrades_and_removes_as_helm_controller_runs_it() {
     )
     .expect("the webhook's Deployment");
     let container = &webhook["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(
-        container["image"],
-        "registry.example.com/passmower-elector:0.1.1"
-    );
+    assert_eq!(container["image"], released_image("0.1.1").as_str());
     assert!(container["args"]
         .to_string()
-        .contains("--image=registry.example.com/passmower-elector:0.1.1"));
+        .contains(&format!("--image={}", released_image("0.1.1"))));
 
     controller.run_beside(&sandbox, &block(K3S, "k3s-uninstall"));
     assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (1, None));
@@ -140,7 +138,8 @@ fn without_the_label_the_guard_refuses_passmowers_deployment() {
         .replace("  labels:\n    passmower-elector.io/inject: enabled\n", "")
         .replace("kubectl apply -f passmower.yaml", "true"));
     sandbox.ok(
-        "grep -q 'chartContent: ' passmower.yaml && ! grep -q 'passmower-elector.io/inject' passmower.yaml\n\
+        "grep -q 'chart: oci://ghcr.io/passmower/charts/passmower-elector$' passmower.yaml \
+           && ! grep -q 'passmower-elector.io/inject' passmower.yaml\n\
          kubectl apply -f passmower.yaml",
     );
     // helm-controller runs the Jobs at once; here the passmower-elector chart's finishes

@@ -9,7 +9,7 @@
 
 use crate::product::install::replicas_and_elector_image;
 use pme_testkit::install::{block, get, notes_block, notes_of, policies, Record, DOCS_IMAGE};
-use pme_testkit::tools::{Helm, Sandbox};
+use pme_testkit::tools::{released_image, Helm, Sandbox};
 use pme_testkit::Cluster;
 
 const HELM3: &str = include_str!("../../docs/install/helm3.md");
@@ -20,7 +20,7 @@ const UPGRADE: &str = include_str!("../../docs/operations/upgrade.md");
 const UNINSTALL: &str = include_str!("../../docs/operations/uninstall.md");
 
 /// The image the upgrade blocks move to.
-const NEW_IMAGE: &str = "registry.example.com/passmower-elector:0.1.1";
+const NEW_IMAGE: &str = "ghcr.io/passmower/passmower-elector:0.1.1";
 
 fn image(reference: &str) -> Option<String> {
     Some(reference.to_owned())
@@ -253,14 +253,12 @@ fn chart_route_upgrade_and_uninstall_as_written() {
     let _one = pme_testkit::tools::one_at_a_time();
     let cluster = Cluster::start_private();
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
-    let installed = sandbox.ok(
-        "helm upgrade --install passmower-elector charts/passmower-elector -n passmower \
-         --create-namespace --set image.repository=registry.example.com/passmower-elector",
-    );
+    let installed = sandbox.ok(&block(HELM3, "helm3-chart"));
     sandbox.ok(&notes_block(&notes_of(&installed.stdout), "Helm 3:"));
+    // The NOTES name the image the released chart names, pinned by its digest.
     assert_eq!(
         replicas_and_elector_image(&sandbox, "passmower"),
-        (2, image(DOCS_IMAGE))
+        (2, Some(released_image("0.1.0")))
     );
     sandbox.ok(&block(UPGRADE, "upgrade-chart"));
     assert_eq!(

@@ -7,10 +7,30 @@
 
 use crate::product::install::{assert_refused_by_guard, replicas_and_elector_image};
 use pme_testkit::install::{block, get, policies, Record};
-use pme_testkit::tools::{Helm, Sandbox};
+use pme_testkit::tools::{released_image, Helm, Sandbox};
 use pme_testkit::Cluster;
 
 const WEBHOOK: &str = include_str!("../../docs/install/webhook.md");
+
+/// The webhook's own image, checked to be the one it injects (its `--image`).
+fn webhook_images(sandbox: &Sandbox) -> String {
+    let webhook = get(
+        sandbox,
+        "passmower-elector-system",
+        "deployment passmower-elector-webhook",
+    )
+    .expect("webhook");
+    let container = &webhook["spec"]["template"]["spec"]["containers"][0];
+    let image = container["image"].as_str().expect("image").to_owned();
+    assert!(
+        container["args"]
+            .to_string()
+            .contains(&format!("--image={image}")),
+        "the webhook injects another image than its own: {}",
+        container["args"]
+    );
+    image
+}
 
 #[test]
 fn the_webhook_page_installs_upgrades_and_removes_as_written() {
@@ -19,6 +39,8 @@ fn the_webhook_page_installs_upgrades_and_removes_as_written() {
     let sandbox = Sandbox::new(Helm::V3, &cluster.admin_kubeconfig());
     sandbox.ok(&block(WEBHOOK, "webhook"));
     assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (2, None));
+    // The released chart names the image released with it, and the webhook injects that one.
+    assert_eq!(webhook_images(&sandbox), released_image("0.1.0"));
     sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
     assert_eq!(policies(&sandbox).len(), 4, "{:?}", policies(&sandbox));
     // Helm's manifest is the upstream chart as it is.
@@ -38,17 +60,7 @@ fn the_webhook_page_installs_upgrades_and_removes_as_written() {
     sandbox.ok(&block(WEBHOOK, "webhook-upgrade-passmower"));
     assert_eq!(replicas_and_elector_image(&sandbox, "passmower"), (3, None));
     sandbox.ok(&block(WEBHOOK, "webhook-upgrade-elector"));
-    let webhook = get(
-        &sandbox,
-        "passmower-elector-system",
-        "deployment passmower-elector-webhook",
-    )
-    .expect("webhook");
-    let container = &webhook["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(
-        container["image"],
-        "registry.example.com/passmower-elector:0.1.1"
-    );
+    assert_eq!(webhook_images(&sandbox), released_image("0.1.1"));
     let restarted = pme_testkit::install::deployment(&sandbox, "passmower");
     assert!(restarted["spec"]["template"]["metadata"]["annotations"]
         .get("kubectl.kubernetes.io/restartedAt")

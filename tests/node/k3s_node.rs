@@ -87,17 +87,17 @@ async fn the_k3s_page_on_real_pods_injects_a_labelled_namespace_only() {
         "HelmChartConfig",
         "helmchartconfigs",
     );
-    // What this node needs besides the page's values: its images (imported, never pulled) and
-    // Redis beside the node (no cluster DNS), for Passmower 1.3.0's chart.
-    let sidecar_values = format!(
-        "image:\n  repository: {sidecar_repository}\n  tag: {sidecar_tag}\n  pullPolicy: Never"
-    );
+    // What this node needs besides the page's values: its images (imported, never pulled, so
+    // without the released charts' digest) and Redis beside the node (no cluster DNS), for
+    // Passmower 1.3.0's chart.
+    let sidecar_image =
+        format!("image:\n  repository: {sidecar_repository}\n  tag: {sidecar_tag}\n  digest: \"\"");
     let configs = [
-        chart_config("passmower-elector-webhook", &sidecar_values),
         chart_config(
-            "passmower-elector",
-            &format!("image:\n  repository: {sidecar_repository}\n  tag: {sidecar_tag}"),
+            "passmower-elector-webhook",
+            &format!("{sidecar_image}\n  pullPolicy: Never"),
         ),
+        chart_config("passmower-elector", &sidecar_image),
         chart_config(
             "passmower",
             &format!(
