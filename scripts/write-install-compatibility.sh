@@ -4,7 +4,8 @@
 # the install tests write (pme_testkit::install::Record, PME_INSTALL_RECORD): the
 # apiserver-only tests of every path (the api tier's install_* modules, tests/api/install_*.rs)
 # and, with PME_INSTALL_NODE=1 (root, holds /tmp/real-pods.lock), the real-pod test of the k3s
-# path (the node tier's k3s_node, tests/node/k3s_node.rs), which adds the kubelet's version.
+# path (the node tier's k3s_node, tests/node/k3s_node.rs, through scripts/real-pods.sh), which
+# adds the kubelet's version.
 # Passmower generations come from docs/results/compatibility.md (scripts/write-inventory.sh).
 # A test that fails is written down as such.
 #
@@ -29,17 +30,19 @@ if ! cargo test --locked --test api -- install_ >"$runs/api.log" 2>&1; then
   echo "api: $(grep -E '^test .* FAILED' "$runs/api.log" | tr '\n' ' ')" >>"$runs/failed.txt"
 fi
 if [[ "${PME_INSTALL_NODE:-}" == 1 ]]; then
-  export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
-  export PME_NODE_IMAGES="${PME_NODE_IMAGES:-$(last scripts/build-node-images.sh)}"
-  if ! flock /tmp/real-pods.lock cargo test --locked --features real-pods --test node -- k3s_node:: \
+  # Through scripts/real-pods.sh (the node binaries, Passmower 1.3's images), its report kept
+  # here rather than over the last real-pod run's.
+  if ! PME_PASSMOWER_GENERATIONS=1.3 PME_REAL_PODS_REPORT="$runs/real-pods-report.txt" \
+    flock /tmp/real-pods.lock scripts/real-pods.sh --test node -- k3s_node:: \
     >"$runs/node.log" 2>&1; then
     echo "node: $(grep -E '^test .* FAILED' "$runs/node.log" | tr '\n' ' ')" >>"$runs/failed.txt"
   fi
 fi
 
-export INV_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
-export INV_MACHINE="$(uname -srm), $(nproc) cores"
-export INV_REV="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+INV_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
+INV_MACHINE="$(uname -srm), $(nproc) cores"
+INV_REV="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+export INV_DATE INV_MACHINE INV_REV
 python3 - "$runs" docs/results <<'EOF'
 import json, os, pathlib, re, sys
 
