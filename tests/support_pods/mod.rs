@@ -39,6 +39,9 @@ pub struct PodSpec {
     /// The app container is down before the elector starts (its image could not be pulled, it
     /// was OOM-killed): nothing listens on the toggle and nothing reads the flag file.
     pub app_container_down: bool,
+    /// The stand-in app is a Node.js program ([`node_app_command`]) instead of a shell script,
+    /// for the supervisor's Node-only modes (`--leader-port-map`, `--leader-standby`).
+    pub node_app: bool,
 }
 
 pub struct Pod {
@@ -78,6 +81,37 @@ while :; do sleep 0.05 & wait $!; done"#,
         ),
     );
     app.to_string_lossy().into_owned()
+}
+
+/// The stand-in app as a Node.js program, recording as [`app_script`]'s does (`start` when its
+/// first line runs, `stop` on SIGTERM), from a directory laid out as an npm install (a
+/// `package.json`, no dependencies). Returns the command (`node PATH`).
+pub fn node_app_command(sandbox: &Sandbox) -> Vec<String> {
+    let records = sandbox.path("runs");
+    std::fs::write(
+        sandbox.path("package.json"),
+        r#"{"name":"stand-in","type":"module"}"#,
+    )
+    .expect("write package.json");
+    let js = sandbox.path("app.mjs");
+    std::fs::write(
+        &js,
+        format!(
+            r#"import fs from 'node:fs';
+const now = () => fs.readFileSync('/proc/uptime', 'utf8').split(' ')[0];
+const role = process.env.ROLE;
+fs.appendFileSync('{records}', `start ${{process.pid}} ${{role}} ${{now()}}\n`);
+process.on('SIGTERM', () => {{
+  fs.appendFileSync('{records}', `stop ${{process.pid}} ${{role}} ${{now()}}\n`);
+  process.exit(0);
+}});
+setInterval(() => {{}}, 1 << 30);
+"#,
+            records = records.display()
+        ),
+    )
+    .expect("write app.mjs");
+    vec!["node".to_owned(), js.to_string_lossy().into_owned()]
 }
 
 /// A fresh pod UID (RFC 4122 version 4, as the apiserver makes them).
@@ -125,7 +159,11 @@ impl Pod {
         // The sandbox plays an elector for the supervisor's own tests: remove its token, so
         // the pod starts as a real one does, with nothing on the volume.
         let _ = std::fs::remove_file(sandbox.token_file());
-        let app = app_script(&sandbox, spec.leader_crash_after.as_deref());
+        let app = if spec.node_app {
+            node_app_command(&sandbox)
+        } else {
+            vec![app_script(&sandbox, spec.leader_crash_after.as_deref())]
+        };
         let mut flags: Vec<&str> = vec![
             "--leader-env",
             "ROLE=leader",
@@ -135,7 +173,8 @@ impl Pod {
             "1s",
         ];
         flags.extend(spec.supervisor_flags.iter().map(String::as_str));
-        let supervisor = Supervisor::start(&sandbox, &flags, &[&app]);
+        let app: Vec<&str> = app.iter().map(String::as_str).collect();
+        let supervisor = Supervisor::start(&sandbox, &flags, &app);
         let proxy = spec
             .proxy
             .then(|| FaultProxy::start(support::Cluster::shared().api_addr()));
