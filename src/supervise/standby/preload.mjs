@@ -4,8 +4,8 @@
 // after the container's own --imports), so it runs where the app's main module would start.
 // It does not return until the supervisor says "go":
 // 1. It imports the app's dependencies (the "dependencies" of the package.json found from the
-//    main script upwards), each on its own, resolved as the app's own code would resolve them,
-//    so Node's module cache is warm when the app starts. One that fails is skipped.
+//    main script upwards), each on its own, resolved as the app's own code would resolve them
+//    (see below), so Node's module cache is warm when the app starts. One that fails is skipped.
 // 2. It blocks this thread reading the pipe in PASSMOWER_ELECTOR_STANDBY_FD, which only the
 //    supervisor holds open for writing. Nothing else runs meanwhile: no timer, no callback of a
 //    dependency, no app code.
@@ -53,22 +53,21 @@ const appPackage = () => {
   }
 };
 
-const warm = async () => {
-  const found = appPackage();
-  if (!found || typeof nodeModule.register !== 'function') return 'nothing to import';
-  let deps;
-  try {
-    deps = Object.keys(JSON.parse(fs.readFileSync(found.file, 'utf8')).dependencies || {});
-  } catch (e) {
-    return `${found.file} unreadable (${e.message})`;
-  }
-  // A data: module has no directory to resolve bare specifiers from, so each dependency is
-  // imported by a virtual module placed in the app's directory: a private specifier resolves
-  // to it, and its source is `import "<dependency>";`, which Node then resolves with the app's
-  // directory as parent and the "import" condition, exactly as the app's code would.
-  const base = pathToFileURL(path.join(found.dir, '[passmower-elector standby].mjs')).href;
-  const hooks = `
-const PREFIX = 'passmower-elector-standby:';
+// A data: module has no directory to resolve bare specifiers from, so each dependency is
+// resolved with the app's directory as parent by Node's own resolver, through the parent
+// argument of import.meta.resolve (--experimental-import-meta-resolve, which the supervisor puts
+// before this preload): the "import" condition and everything else exactly as the app's own
+// `import` would, and the absolute URL it gives is imported. Without that argument (a Node that
+// ignores it), module.register() hooks do the same: a private specifier resolves to a virtual
+// module in the app's directory whose source is `import "<dependency>";`; they cost a hooks
+// thread for the life of the process, so they are only the fallback.
+const resolver = (base) => {
+  let hooks = false;
+  const PREFIX = 'passmower-elector-standby:';
+  const viaHooks = () => {
+    if (!hooks) {
+      const code = `
+const PREFIX = ${JSON.stringify(PREFIX)};
 const BASE = ${JSON.stringify(base)} + '?';
 export async function resolve(specifier, context, next) {
   if (!specifier.startsWith(PREFIX)) return next(specifier, context);
@@ -79,16 +78,47 @@ export async function load(url, context, next) {
   const dependency = decodeURIComponent(url.slice(BASE.length));
   return { format: 'module', source: 'import ' + JSON.stringify(dependency) + ';', shortCircuit: true };
 }`;
-  nodeModule.register(`data:text/javascript,${encodeURIComponent(hooks)}`);
+      nodeModule.register(`data:text/javascript,${encodeURIComponent(code)}`);
+      hooks = true;
+    }
+  };
+  const resolve = async (dep) => {
+    if (!hooks) {
+      try {
+        // A promise in Node 18, a string from 20 on.
+        return await import.meta.resolve(dep, base);
+      } catch (e) {
+        if (e.code !== 'ERR_UNSUPPORTED_RESOLVE_REQUEST' || typeof nodeModule.register !== 'function') {
+          throw e;
+        }
+        viaHooks();
+      }
+    }
+    return `${PREFIX}${dep}`;
+  };
+  return { resolve, hooks: () => hooks };
+};
+
+const warm = async () => {
+  const found = appPackage();
+  if (!found) return 'no package.json above the main script: nothing imported';
+  let deps;
+  try {
+    deps = Object.keys(JSON.parse(fs.readFileSync(found.file, 'utf8')).dependencies || {});
+  } catch (e) {
+    return `${found.file} unreadable (${e.message})`;
+  }
+  const base = pathToFileURL(path.join(found.dir, '[passmower-elector standby].mjs')).href;
+  const { resolve, hooks } = resolver(base);
   let imported = 0;
   const skipped = [];
   for (const dep of deps) {
     let timer;
-    const late = new Promise((resolve) => {
-      timer = setTimeout(() => resolve('late'), IMPORT_WAIT_MS);
+    const late = new Promise((done) => {
+      timer = setTimeout(() => done('late'), IMPORT_WAIT_MS);
     });
     try {
-      const r = await Promise.race([import(`passmower-elector-standby:${dep}`), late]);
+      const r = await Promise.race([resolve(dep).then((url) => import(url)), late]);
       if (r === 'late') skipped.push(`${dep} (still loading after ${IMPORT_WAIT_MS} ms)`);
       else imported += 1;
     } catch (e) {
@@ -98,7 +128,8 @@ export async function load(url, context, next) {
     }
   }
   const also = skipped.length ? `; skipped ${skipped.join(', ')}` : '';
-  return `${imported} of ${deps.length} dependencies imported${also}`;
+  const how = hooks() ? ' (through module.register hooks)' : '';
+  return `${imported} of ${deps.length} dependencies imported${how}${also}`;
 };
 
 const started = performance.now();
