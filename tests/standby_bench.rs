@@ -1,7 +1,8 @@
 //! Figures for `--leader-standby` on the real Passmower (printed, never asserted): promotion →
 //! first reconcile of an OIDCClient created while the pod followed, with a fresh leader
-//! instance and with a standby given the go; and the resident memory of the serving instance,
-//! a waiting standby and a leader instance. Against the real kube-apiserver and Redis.
+//! instance and with a standby given the go; and the resident memory (after a 20 s idle window,
+//! in the last round) of the serving instance, a waiting standby and a leader instance. Against
+//! the real kube-apiserver and Redis.
 //!
 //! ```sh
 //! PME_PASSMOWER_APP=$(scripts/build-passmower-app.sh | tail -n1) \
@@ -163,12 +164,16 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
                     "no standby waited in round {round}"
                 );
             }
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            // Memory is sampled in the last round only, after a 20 s idle window (as the
+            // handover benchmark does), so the instances' heaps have settled.
+            let last = round + 1 == rounds;
+            let settle = Duration::from_secs(if last { 20 } else { 3 });
+            tokio::time::sleep(settle).await;
             let m = mode(port);
-            if let Some(pid) = m["serving"]["pid"].as_i64() {
+            if let (true, Some(pid)) = (last, m["serving"]["pid"].as_i64()) {
                 figures.serving_mib.extend(rss_mib(pid));
             }
-            if let Some(pid) = m["standby"]["pid"].as_i64() {
+            if let (true, Some(pid)) = (last, m["standby"]["pid"].as_i64()) {
                 figures.standby_mib.extend(rss_mib(pid));
             }
             let client = format!(
@@ -204,8 +209,8 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
                 m["child_pid"]
             );
             figures.reconcile_ms.push(took.as_secs_f64() * 1e3);
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            if let Some(pid) = mode(port)["child_pid"].as_i64() {
+            tokio::time::sleep(settle).await;
+            if let (true, Some(pid)) = (last, mode(port)["child_pid"].as_i64()) {
                 figures.leader_mib.extend(rss_mib(pid));
             }
             seq += 1;

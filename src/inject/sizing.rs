@@ -1,7 +1,9 @@
 //! Whether the app container's memory limit leaves room for the leader instance: with
 //! `--on-change=leader-instance` the leader pod runs the app twice, and a limit sized for one
-//! instance gets the app container OOM-killed when its pod is promoted. Also the Kubernetes
-//! quantity parser the check reads the limit with.
+//! instance gets the app container OOM-killed when its pod is promoted. With the warm standby
+//! (`--leader-standby`, inject's default) every other pod runs the app twice as well, the
+//! standby taking about what the leader instance takes, so such a limit fails in every pod
+//! at once. Also the Kubernetes quantity parser the check reads the limit with.
 //!
 //! The rule: warn when `resources.limits.memory` is below 2 × 160Mi = 320Mi. Measured on
 //! Passmower (docs/results/handover.md), the serving instance takes about 180 MiB RSS and the
@@ -14,6 +16,9 @@ use serde_norway::{Mapping, Value};
 use super::options::{AppOnChange, InjectOptions};
 use super::target::PodSite;
 use super::value::at;
+
+/// The standby's resident memory as measured (tests/standby_bench.rs), for the warning.
+const STANDBY_MEASURED: &str = "STANDBY_FIGURE";
 
 /// What one instance of Passmower is given in the rule, in MiB.
 pub const INSTANCE_MIB: u64 = 160;
@@ -39,12 +44,27 @@ pub fn memory_limit_warning(
         "{}: {}.containers[{}].resources.limits.memory",
         site.workload, site.path, opts.container
     );
-    let need = format!(
+    let second = if opts.leader_standby {
+        format!(
+            "every pod runs a second instance of the app: its leader instance while it leads \
+             (--on-change=leader-instance), else its warm standby (--leader-standby; \
+             measured on Passmower: {STANDBY_MEASURED})"
+        )
+    } else {
         "while this pod leads it runs a second instance of the app \
          (--on-change=leader-instance; measured on Passmower: 126-130 MiB beside the serving \
-         instance's 180 MiB), so the limit must hold both: at least {LEADER_POD_MIB}Mi \
+         instance's 180 MiB)"
+            .to_owned()
+    };
+    let need = format!(
+        "{second}, so the limit must hold both: at least {LEADER_POD_MIB}Mi \
          (2 x {INSTANCE_MIB}Mi)"
     );
+    let when = if opts.leader_standby {
+        "in every pod, the standby's first"
+    } else {
+        "when its pod becomes leader"
+    };
     let Some(bytes) = quantity_value(limit) else {
         return Some(format!(
             "{field} {} is not a Kubernetes quantity (such as 512Mi, 0.5Gi or 300M), so it \
@@ -55,8 +75,8 @@ pub fn memory_limit_warning(
     (bytes < (LEADER_POD_MIB * MI) as f64).then(|| {
         format!(
             "{field} is {}, below {LEADER_POD_MIB}Mi: {need}, or the container is OOM-killed \
-             when its pod becomes leader. Raise it, or pass --on-change=restart (one instance \
-             at a time; HTTP is down on every handover)",
+             {when}. Raise it, or pass --on-change=restart (one instance at a time; HTTP is \
+             down on every handover)",
             shown(limit)
         )
     })
@@ -208,7 +228,18 @@ mod tests {
             assert!(text.contains(limit), "{text}");
             assert!(text.contains("at least 320Mi"), "{text}");
             assert!(text.contains("--on-change=restart"), "{text}");
+            assert!(text.contains("warm standby (--leader-standby"), "{text}");
+            assert!(text.contains("OOM-killed in every pod"), "{text}");
         }
+        // Without the standby only the leader's pod runs two instances.
+        let cold = InjectOptions {
+            leader_standby: false,
+            ..opts()
+        };
+        let text = warning("{limits: {memory: 256Mi}}", &cold).expect("warned");
+        assert!(text.contains("while this pod leads"), "{text}");
+        assert!(text.contains("when its pod becomes leader"), "{text}");
+        assert!(!text.contains("standby"), "{text}");
     }
 
     #[test]
