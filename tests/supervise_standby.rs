@@ -78,17 +78,18 @@ import http from 'node:http';
 import {{ execFileSync }} from 'node:child_process';
 import {{ warm }} from 'warm-dep';
 const mode = process.env.MODE;
+// The handler before the start record: a test that saw the start may signal the app.
+process.on('SIGTERM', () => {{
+  if (mode === 'leader' && {leader_ignores_term}) return;
+  fs.appendFileSync('{dir}/stops', `${{process.pid}}\n`);
+  process.exit(0);
+}});
 const imports = (process.env.NODE_OPTIONS || '').split(' ').filter((w) => w.startsWith('--import')).length;
 const child = execFileSync('sh', ['-c', 'echo "$MODE,${{PASSMOWER_ELECTOR_STANDBY_FD:-unset}}"']).toString().trim();
 fs.appendFileSync('{dir}/starts', `${{process.pid}} mode=${{mode}} extra=${{process.env.EXTRA ?? 'unset'}} fd=${{process.env.PASSMOWER_ELECTOR_STANDBY_FD ?? 'unset'}} imports=${{imports}} child=[${{child}}] warm=${{warm}}\n`);
 const server = http.createServer((q, r) => r.end(mode));
 server.listen({port}, () => fs.appendFileSync('{dir}/listens', `${{process.pid}} ${{mode}} ${{server.address().address}}:${{server.address().port}}\n`));
 server.on('error', (e) => {{ console.error(`${{mode}}: ${{e.message}}`); process.exit(4); }});
-process.on('SIGTERM', () => {{
-  if (mode === 'leader' && {leader_ignores_term}) return;
-  fs.appendFileSync('{dir}/stops', `${{process.pid}}\n`);
-  process.exit(0);
-}});
 "#
         ),
     )

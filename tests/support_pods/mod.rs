@@ -100,11 +100,12 @@ pub fn node_app_command(sandbox: &Sandbox) -> Vec<String> {
             r#"import fs from 'node:fs';
 const now = () => fs.readFileSync('/proc/uptime', 'utf8').split(' ')[0];
 const role = process.env.ROLE;
-fs.appendFileSync('{records}', `start ${{process.pid}} ${{role}} ${{now()}}\n`);
+// The handler before the start record: a test that saw the start may stop the app.
 process.on('SIGTERM', () => {{
   fs.appendFileSync('{records}', `stop ${{process.pid}} ${{role}} ${{now()}}\n`);
   process.exit(0);
 }});
+fs.appendFileSync('{records}', `start ${{process.pid}} ${{role}} ${{now()}}\n`);
 setInterval(() => {{}}, 1 << 30);
 "#,
             records = records.display()
