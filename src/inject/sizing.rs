@@ -217,7 +217,15 @@ mod tests {
 
     #[test]
     fn a_limit_below_two_instances_is_warned_about_with_what_to_set() {
-        for limit in ["256Mi", "0.25Gi", "300M", "419430399", "399Mi", "320Mi", "336M"] {
+        for limit in [
+            "256Mi",
+            "0.25Gi",
+            "300M",
+            "419430399",
+            "399Mi",
+            "320Mi",
+            "336M",
+        ] {
             let text = warning(&format!("{{limits: {{memory: {limit}}}}}"), &opts())
                 .unwrap_or_else(|| panic!("{limit}: no warning"));
             assert!(
