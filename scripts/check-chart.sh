@@ -15,6 +15,11 @@ image=(--set image.repository=registry.example.com/passmower-elector)
 "$helm" lint --strict "$chart" "${image[@]}"
 "$helm" lint --strict "$chart" "${image[@]}" --set idleNamespace=pm-idle,denyIdleNamespace=true,classicSidecar=true,fence.enabled=false
 "$helm" lint --strict "$chart" "${image[@]}" --set 'imagePullSecrets={regcred,other}'
+"$helm" lint --strict "$chart" "${image[@]}" --set podMonitor.enabled=true
+# The monitoring objects (scripts/check-monitoring.sh checks what they hold with promtool).
+"$helm" lint --strict "$chart" "${image[@]}" --set prometheusRule.enabled=true,dashboard.enabled=true \
+  --set prometheusRule.namespace=monitoring,prometheusRule.labels.release=kube-prometheus-stack \
+  --set dashboard.annotations.grafana_folder=Passmower
 "$helm" template passmower-elector "$chart" -n auth "${image[@]}" >/dev/null
 if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   mkdir -p "$PME_RENDERED_CHART_DIR"
@@ -24,9 +29,10 @@ if [[ -n "${PME_RENDERED_CHART_DIR:-}" ]]; then
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set idleNamespace=pm-idle,denyIdleNamespace=true \
     >"$PME_RENDERED_CHART_DIR/deny-idle-namespace.yaml"
-  # Another Passmower release name and a Lease name of its own.
+  # Another Passmower release name and a Lease name of its own; the chart's PodMonitor.
   "$helm" template passmower-elector "$chart" -n auth "${image[@]}" \
     --set passmower.release=auth,classicSidecar=true,lease.name=pm-leader \
+    --set podMonitor.enabled=true,podMonitor.labels.release=prometheus \
     >"$PME_RENDERED_CHART_DIR/release-auth-lease-name.yaml"
   echo "check-chart: rendered into $PME_RENDERED_CHART_DIR: $(cd "$PME_RENDERED_CHART_DIR" && echo *.yaml)" >&2
 fi
@@ -44,7 +50,15 @@ refuse() {
   fi
 }
 refuse "a missing image" "image.repository is required"
-refuse "the unpublished placeholder image" "placeholder" --set image.repository=ghcr.io/passmower/passmower-elector
+refuse "the released repository's latest" "version tags only" --set image.repository=ghcr.io/passmower/passmower-elector,image.tag=latest
+refuse "an image.digest that is no sha256 digest" "image.digest" "${image[@]}" --set image.digest=sha256:00
+# A digest pins the image: REPOSITORY:TAG@DIGEST (a released chart sets all three).
+digest=sha256:$(printf '%064d' 0)
+if ! "$helm" template passmower-elector charts/passmower-elector-webhook -n auth "${image[@]}" --set image.digest="$digest" \
+  | grep -q "image: registry.example.com/passmower-elector:[^@]*@$digest"; then
+  echo "check-chart: image.digest is not in the webhook Deployment's image" >&2
+  exit 1
+fi
 refuse "an invalid idleNamespace" "idleNamespace" "${image[@]}" --set idleNamespace='a*'
 refuse "an idleNamespace a namespace could have, unguarded" "denyIdleNamespace=true" "${image[@]}" --set idleNamespace=pm-idle
 # kubeVersion: the admission policies' API (the idle-namespace guard, the write fence) is GA
@@ -69,6 +83,7 @@ webhook_chart=charts/passmower-elector-webhook
 "$helm" lint --strict "$webhook_chart" "${image[@]}"
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set injection.idleNamespace=pm-idle,injection.denyIdleNamespace=true
+"$helm" lint --strict "$webhook_chart" "${image[@]}" --set prometheusRule.enabled=true,prometheusRule.labels.release=kube-prometheus-stack
 # The pod-level settings of the webhook's own pods, and the injected pods' pull secrets.
 "$helm" lint --strict "$webhook_chart" "${image[@]}" \
   --set 'imagePullSecrets={regcred},injection.imagePullSecrets={regcred}' \

@@ -3,21 +3,33 @@
 # built with crt-static on the gnu target, is statically linked and runs from an otherwise
 # empty root (chroot into a directory holding only the binary), including `copy-self`.
 #
-# Needs root or passwordless sudo (for chroot). Environment: TARGET (default: the host's gnu triple).
+# Needs root or passwordless sudo (for chroot). Environment: TARGET (default: the host's gnu
+# triple); BINARY: check that file instead of building (the release's binaries, .ci/run and
+# the release workflow; several files separated by spaces).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-TARGET="${TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
 log() { echo "check-static-binary: $*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
 
-log "building release binary for $TARGET with crt-static"
-# --target keeps RUSTFLAGS away from build scripts and proc macros (which must stay dynamic)
-# and puts the artifact in its own directory, so the normal release build is not invalidated.
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$TARGET" >&2
-# CARGO_TARGET_DIR: .ci/run keeps the target dir in its cache.
-bin="${CARGO_TARGET_DIR:-target}/$TARGET/release/passmower-elector"
-[[ -x "$bin" ]] || fail "$bin was not built"
+if [[ -n "${BINARY:-}" ]]; then
+  if [[ "$BINARY" == *" "* ]]; then
+    for one in $BINARY; do BINARY="$one" "$0"; done
+    exit 0
+  fi
+  bin="$BINARY"
+  [[ -x "$bin" ]] || fail "BINARY=$bin is not an executable file"
+  log "checking $bin"
+else
+  TARGET="${TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
+  log "building release binary for $TARGET with crt-static"
+  # --target keeps RUSTFLAGS away from build scripts and proc macros (which must stay dynamic)
+  # and puts the artifact in its own directory, so the normal release build is not invalidated.
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$TARGET" >&2
+  # CARGO_TARGET_DIR: .ci/run keeps the target dir in its cache.
+  bin="${CARGO_TARGET_DIR:-target}/$TARGET/release/passmower-elector"
+  [[ -x "$bin" ]] || fail "$bin was not built"
+fi
 log "size: $(stat -c %s "$bin") bytes"
 
 # 1. Linkage: no program interpreter and no shared-library dependencies.
@@ -45,7 +57,7 @@ if [[ "$(id -u)" != 0 ]]; then
   chroot=(sudo -n chroot)
 fi
 version="$("${chroot[@]}" "$root" /usr/local/bin/passmower-elector --version)" || fail "--version failed in an empty root"
-log "chroot --version: $version"
+log "chroot --version: ${version//$'\n'/; }"
 # No /proc in this root (a container would have one): copy-self must still find itself,
 # through argv[0], which is the harder case.
 "${chroot[@]}" "$root" /usr/local/bin/passmower-elector copy-self /x/passmower-elector \
@@ -53,5 +65,5 @@ log "chroot --version: $version"
 cmp "$root/x/passmower-elector" "$bin" || fail "copy-self wrote a different file"
 [[ "$(stat -c %a "$root/x/passmower-elector")" == 755 ]] || fail "copy-self did not set mode 0755"
 copied="$("${chroot[@]}" "$root" /x/passmower-elector --version)" || fail "the copy does not run"
-log "chroot copy-self /x/passmower-elector: ok, identical, mode 0755, runs: $copied"
+log "chroot copy-self /x/passmower-elector: ok, identical, mode 0755, runs: ${copied//$'\n'/; }"
 log "PASS"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end tests on a real one-node Kubernetes, all of them, for every Passmower
 # generation: builds (or finds in the cache) the control plane, the node binaries, helm and, per
-# generation, the images, then runs tests/node_smoke.rs, tests/webhook_node.rs and
-# tests/real_pods.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
+# generation, the images, then runs tests/node_smoke.rs, tests/webhook_node.rs,
+# tests/real_pods.rs and tests/status_node.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
 # marked ignored (but the hold-for-a-look and the demo, which are for people). Cargo runs the
 # test binaries one after another, each with a node of its own.
 #
@@ -39,7 +39,7 @@ results=""
 if (($#)); then
   args=("$@")
 else
-  args=(--test node_smoke --test webhook_node --test real_pods -- --include-ignored --skip hold_for_a_look --skip demo_)
+  args=(--test node_smoke --test webhook_node --test real_pods --test status_node -- --include-ignored --skip hold_for_a_look --skip demo_)
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
 status=0

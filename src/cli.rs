@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::{copy_self, elect, inject, logging, supervise, webhook};
+use crate::{copy_self, elect, inject, logging, status, supervise, webhook};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,16 +39,26 @@ pub enum Role {
     Webhook(webhook::WebhookArgs),
     /// Copy this binary to DEST (mode 0755, atomic), for an initContainer without a shell.
     CopySelf(copy_self::CopySelfArgs),
+    /// Show who leads and whether its operators run (exit 0), or why none does (exit 1).
+    /// Also `kubectl passmower-elector` when installed as `kubectl-passmower_elector`.
+    Status(status::StatusArgs),
 }
 
 /// Parses the command line and runs the chosen role. Usage errors exit 2 (clap's convention,
 /// shared with every configuration error the roles find themselves).
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // As the kubectl plugin, `status` is what `kubectl passmower-elector` means.
+    let args = status::plugin_args(std::env::args_os().collect());
+    // `--version` also names the sidecar image this build defaults to (a release's own).
+    let parsed = Cli::command()
+        .long_version(long_version())
+        .try_get_matches_from(&args)
+        .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         // Helm 4 hides a post-renderer's stderr: `inject --on-error=manifest` reports even a
         // mistyped flag where Helm shows it.
-        Err(e) => match inject::usage_error(&e, std::env::args_os()) {
+        Err(e) => match inject::usage_error(&e, args.iter().cloned()) {
             Some(code) => return code,
             None => e.exit(),
         },
@@ -62,5 +72,13 @@ pub fn run() -> ExitCode {
         Role::Inject(args) => inject::main(args),
         Role::Webhook(args) => webhook::main(args),
         Role::CopySelf(args) => copy_self::main(args),
+        Role::Status(args) => status::main(args),
     }
+}
+
+/// The text of `--version`: the version, then the default sidecar image. Made once per process;
+/// clap keeps it for the process's life.
+fn long_version() -> &'static str {
+    let text = format!("{}\n{}", inject::VERSION, inject::published::describe());
+    Box::leak(text.into_boxed_str())
 }

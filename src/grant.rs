@@ -82,6 +82,13 @@ pub struct Grant {
     /// `--restart-backoff-reset` (a crash-looping leader), reset by a stable run or a demotion.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub leader_start_failures: u64,
+    /// Only in acks: leader-mode app starts since the supervisor started (for metrics).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leader_starts: u64,
+    /// Only in acks: leader-mode app runs that ended on their own, or could not start, since
+    /// the supervisor started (for metrics).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leader_crashes: u64,
     /// The same expiry as RFC 3339 wall-clock time, for humans only; never used for decisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
@@ -115,6 +122,8 @@ impl Grant {
             renew_deadline_ns: 0,
             kill_grace_ns: 0,
             leader_start_failures: 0,
+            leader_starts: 0,
+            leader_crashes: 0,
             expires_at: Some(clock::rfc3339_of(expires)),
             mac: None,
         }
@@ -133,6 +142,8 @@ impl Grant {
             renew_deadline_ns: 0,
             kill_grace_ns: 0,
             leader_start_failures: 0,
+            leader_starts: 0,
+            leader_crashes: 0,
             expires_at: None,
             mac: None,
         }

@@ -16,5 +16,6 @@ pub mod inject;
 pub mod logging;
 pub mod probe_server;
 pub mod runtime;
+pub mod status;
 pub mod supervise;
 pub mod webhook;

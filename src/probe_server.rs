@@ -19,7 +19,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,8 +41,22 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// No connection lives longer than this, whatever it does.
 pub const MAX_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-/// What answers a request: a pure function of the request and the caller's state.
-pub type Respond = Arc<dyn Fn(&Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync>;
+/// What answers a request: a function of the request and the caller's state.
+pub type Respond = Arc<dyn Fn(&Request<Incoming>) -> Answer + Send + Sync>;
+
+/// An answer to one request: ready at once, or a future the connection's task awaits (within
+/// [`MAX_CONNECTION_LIFETIME`], and at most one per connection, so [`MAX_CONNECTIONS`] bounds
+/// how many run at once).
+pub enum Answer {
+    Now(Response<Full<Bytes>>),
+    Later(Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>),
+}
+
+impl From<Response<Full<Bytes>>> for Answer {
+    fn from(response: Response<Full<Bytes>>) -> Self {
+        Answer::Now(response)
+    }
+}
 
 /// Binds the probe address, so a port in use is a start-up error.
 pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -134,8 +150,13 @@ async fn serve(listener: TcpListener, respond: Respond) {
         let task = tokio::spawn(async move {
             let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
-                let respond = respond.clone();
-                async move { Ok::<_, Infallible>(respond(&req)) }
+                let answer = respond(&req);
+                async move {
+                    Ok::<_, Infallible>(match answer {
+                        Answer::Now(response) => response,
+                        Answer::Later(response) => response.await,
+                    })
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const ROLES: [&str; 4] = ["elect", "supervise", "inject", "webhook"];
+const ROLES: [&str; 5] = ["elect", "supervise", "inject", "webhook", "status"];
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(Path::new(ROOT).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))

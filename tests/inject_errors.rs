@@ -409,8 +409,8 @@ fn an_earlier_injection_without_the_pod_uid_gets_no_fence() {
     }
 }
 
-/// No default image: nothing publishes one, so a default would leave every pod in Init. The
-/// refusal says how to build and push one, both ways.
+/// A development build (this test's) knows no published image: it refuses to guess one, which
+/// would leave every pod in Init, and says how to build and push one, both ways.
 #[test]
 fn the_sidecar_image_is_required() {
     let out = run(&["inject"], &golden("passmower.in.yaml"), &[]);
@@ -433,18 +433,24 @@ fn the_sidecar_image_is_required() {
     assert!(out.stdout.contains(&format!("image: {IMAGE}")));
 }
 
+/// Releases push version tags only: the released repository without one would pull `latest`,
+/// which nothing publishes.
 #[test]
-fn the_old_placeholder_image_is_refused() {
+fn the_released_repository_without_a_version_is_refused() {
     let stderr = refused(
         &[
             "inject",
-            "--image=ghcr.io/passmower/passmower-elector:0.1.0",
+            "--image=ghcr.io/passmower/passmower-elector:latest",
         ],
         &golden("passmower.in.yaml"),
         &[],
     );
-    assert!(stderr.contains("placeholder"), "{stderr}");
-    assert!(stderr.contains("Dockerfile.sidecar"), "{stderr}");
+    assert!(stderr.contains("version tags only"), "{stderr}");
+    let versioned = format!(
+        "ghcr.io/passmower/passmower-elector:{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(stderr.contains(&versioned), "{stderr}");
 }
 
 /// `--on-error=manifest` (what the Helm 4 plugin runs): the reason also goes to stdout, as

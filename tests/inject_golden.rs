@@ -213,7 +213,8 @@ fn a_kubectl_list_is_injected_in_place() {
     );
 }
 
-/// A PodMonitor that selects the target's pods scrapes the elector too; others are left alone.
+/// A PodMonitor that selects the target's pods scrapes the elector too, and the leader
+/// instance's own metrics, which the elector serves; others are left alone.
 #[test]
 fn the_targets_podmonitor_scrapes_the_elector() {
     let output = inject_ok(&["inject"], &golden("mixed.in.yaml"));
@@ -231,6 +232,7 @@ fn the_targets_podmonitor_scrapes_the_elector() {
         serde_json::json!([
             {"port": "metrics", "interval": "30s"},
             {"port": "elector-probe", "path": "/metrics", "interval": "30s"},
+            {"port": "elector-probe", "path": "/metrics/leader-app", "interval": "30s"},
         ])
     );
     assert_eq!(

@@ -36,15 +36,16 @@ fn supervise_flags(args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
 fn passmower_gets_a_warm_standby_unless_turned_off() {
     let warm = [
         "--on-change=leader-instance",
+        "--leader-port-map=9090=19090",
         "--leader-port-map=*=0",
         "--leader-standby",
     ];
     assert_eq!(supervise_flags(&[], &[]), warm);
     assert_eq!(supervise_flags(&["--on-change=leader-instance"], &[]), warm);
-    assert_eq!(supervise_flags(&["--no-leader-standby"], &[]), warm[..2]);
+    assert_eq!(supervise_flags(&["--no-leader-standby"], &[]), warm[..3]);
     assert_eq!(
         supervise_flags(&[], &[("ELECTOR_NO_LEADER_STANDBY", "true")]),
-        warm[..2]
+        warm[..3]
     );
     // Restart mode has no leader instance to keep warm.
     assert!(supervise_flags(&["--on-change=restart"], &[]).is_empty());

@@ -1,12 +1,15 @@
 //! The elector's Prometheus metrics, registered in one place.
 
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::election::HandoverCause;
 
 /// Handles to every metric; cloning shares the underlying values.
 #[derive(Clone)]
@@ -28,6 +31,19 @@ pub struct Metrics {
     pub may_contend: Gauge,
     /// 1 once this pod's Pod is terminating (it then never takes the Lease).
     pub pod_terminating: Gauge,
+    /// 1 while this pod is a follower that would take a free Lease now.
+    pub contending: Gauge,
+    /// Terms this pod began, by how the previous one ended (`released`, `expired`, `adopted`,
+    /// `created`).
+    pub handovers: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// How long nobody led before this pod's latest term, as this pod measured it; 0 after an
+    /// adoption.
+    pub last_leaderless: Gauge<f64, AtomicU64>,
+    /// The supervisor's leader-app starts and unexpected exits, as its signed acks count them
+    /// (since the supervisor started). No series until the first such ack: a restarted elector
+    /// must not turn the supervisor's running total into a counter reset.
+    pub leader_app_starts: Family<Vec<(&'static str, &'static str)>, Counter>,
+    pub leader_app_crashes: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl Metrics {
@@ -43,7 +59,16 @@ impl Metrics {
             operators_running: Gauge::default(),
             may_contend: Gauge::default(),
             pod_terminating: Gauge::default(),
+            contending: Gauge::default(),
+            handovers: Family::default(),
+            last_leaderless: Gauge::default(),
+            leader_app_starts: Family::default(),
+            leader_app_crashes: Family::default(),
         };
+        // Every cause from the start, so a rule over the counter sees a series at 0.
+        for cause in HandoverCause::ALL {
+            let _ = m.handovers.get_or_create(&vec![("cause", cause.as_str())]);
+        }
         let mut registry = Registry::with_prefix("passmower_elector");
         registry.register(
             "is_leader",
@@ -85,7 +110,52 @@ impl Metrics {
             "1 once this pod is being deleted (metadata.deletionTimestamp): it then never takes the Lease; a leader keeps it until it is stopped",
             m.pod_terminating.clone(),
         );
+        registry.register(
+            "contending",
+            "1 while this pod is a follower that would take a free Lease now: its app's supervisor answers (signed), the pod is not terminating, it is not sitting out a step-down and its flag file is writable",
+            m.contending.clone(),
+        );
+        registry.register(
+            "handovers",
+            "Terms this pod began, by how the previous term ended as this pod saw it: released (a graceful handover), expired (the holder stopped renewing), adopted (a restarted elector of this pod took over its predecessor's term), created (the Lease was absent)",
+            m.handovers.clone(),
+        );
+        registry.register(
+            "last_leaderless_seconds",
+            "How long no pod led before this pod's latest term, measured by this pod from when it saw the previous term end (the release, or the start of its own wait for an expired holder) to its acquisition; 0 after an adoption",
+            m.last_leaderless.clone(),
+        );
+        registry.register(
+            "leader_app_starts",
+            "Leader-mode app starts by this pod's supervisor since it started, from its signed acks",
+            m.leader_app_starts.clone(),
+        );
+        registry.register(
+            "leader_app_crashes",
+            "Leader-mode app runs that ended on their own (or could not start) in this pod's supervisor since it started, from its signed acks",
+            m.leader_app_crashes.clone(),
+        );
         (m, registry)
+    }
+
+    /// Counts a term this pod began and how long nobody led before it.
+    pub fn handover(&self, cause: HandoverCause, leaderless: Duration) {
+        self.handovers
+            .get_or_create(&vec![("cause", cause.as_str())])
+            .inc();
+        self.last_leaderless.set(leaderless.as_secs_f64());
+    }
+
+    /// Mirrors the supervisor's leader-app totals from its latest signed ack.
+    pub fn leader_app_totals(&self, starts: u64, crashes: u64) {
+        let set = |family: &Family<Vec<(&'static str, &'static str)>, Counter>, value: u64| {
+            family
+                .get_or_create(&Vec::new())
+                .inner()
+                .store(value, std::sync::atomic::Ordering::Relaxed);
+        };
+        set(&self.leader_app_starts, starts);
+        set(&self.leader_app_crashes, crashes);
     }
 
     pub fn api_error(&self, kind: &'static str) {
@@ -105,4 +175,45 @@ pub fn render(registry: &Registry) -> String {
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_handover_cause_has_a_series_from_the_start() {
+        let (m, registry) = Metrics::new();
+        let text = render(&registry);
+        for cause in ["released", "expired", "adopted", "created"] {
+            let line = format!("passmower_elector_handovers_total{{cause=\"{cause}\"}} 0");
+            assert!(text.contains(&line), "{line} missing in\n{text}");
+        }
+        m.handover(HandoverCause::Released, Duration::from_millis(1500));
+        let text = render(&registry);
+        assert!(text.contains("passmower_elector_handovers_total{cause=\"released\"} 1"));
+        assert!(
+            text.contains("passmower_elector_last_leaderless_seconds 1.5"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_supervisors_totals_appear_with_its_first_ack_and_follow_it() {
+        let (m, registry) = Metrics::new();
+        assert!(!render(&registry).contains("passmower_elector_leader_app_starts_total "));
+        m.leader_app_totals(3, 1);
+        let text = render(&registry);
+        assert!(
+            text.contains("passmower_elector_leader_app_starts_total 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("passmower_elector_leader_app_crashes_total 1"),
+            "{text}"
+        );
+        // A restarted supervisor counts from 0 again: a counter reset, as Prometheus expects.
+        m.leader_app_totals(1, 0);
+        assert!(render(&registry).contains("passmower_elector_leader_app_starts_total 1"));
+    }
 }

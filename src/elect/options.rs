@@ -82,6 +82,12 @@ pub struct ElectArgs {
     /// two retry periods (a promotion is answered once the leader app runs), at most 10m.
     #[arg(long, env = "ELECTOR_CONSUMER_TIMEOUT", value_parser = parse_positive_duration)]
     pub consumer_timeout: Option<Duration>,
+    /// Loopback port where the leader instance serves its own Prometheus metrics (where
+    /// `supervise --leader-port-map` moves the app's metrics port); the probe port then serves
+    /// them at /metrics/leader-app for a PodMonitor to scrape.
+    #[arg(long, env = "ELECTOR_LEADER_APP_METRICS_PORT", value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..))]
+    pub leader_app_metrics_port: Option<u16>,
 }
 
 /// The validated configuration of the `elect` role.
@@ -108,6 +114,8 @@ pub struct ElectConfig {
     /// This pod's name and namespace (`POD_NAME`, `POD_NAMESPACE`, downward API), when known:
     /// the elector watches that Pod and does not take the Lease once it is terminating.
     pub pod: Option<(String, String)>,
+    /// The leader instance's metrics port on loopback, proxied at `/metrics/leader-app`.
+    pub leader_app_metrics_port: Option<u16>,
 }
 
 impl ElectArgs {
@@ -217,6 +225,7 @@ impl ElectArgs {
             events: !self.no_events,
             max_leader_failures: self.max_leader_failures,
             consumer,
+            leader_app_metrics_port: self.leader_app_metrics_port,
         })
     }
 }

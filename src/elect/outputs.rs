@@ -204,6 +204,13 @@ impl Outputs {
         }
     }
 
+    /// Why the latest push to the toggle failed, when it did (None once one succeeds again).
+    pub fn toggle_failure(&self) -> Option<String> {
+        self.toggle
+            .as_ref()
+            .and_then(|t| t.failure.borrow().clone())
+    }
+
     fn push(&self, grant: Grant) {
         if let Some(toggle) = &self.toggle {
             toggle.latest.send_replace(Some(grant));

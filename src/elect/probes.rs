@@ -1,4 +1,5 @@
-//! The probe and metrics server: `/healthz`, `/readyz`, `/leader`, `/metrics`. Read-only; it
+//! The probe and metrics server: `/healthz`, `/readyz`, `/leader`, `/metrics`, and with
+//! `--leader-app-metrics-port` the leader instance's metrics at `/metrics/leader-app`. Read-only; it
 //! controls nothing, so it may listen on the pod IP for the kubelet and Prometheus. Anyone who
 //! reaches the pod IP reaches this port, so it must not be able to hurt the election: it is
 //! served by [`crate::probe_server`], on a thread of its own, with bounded connections and a
@@ -12,17 +13,20 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::registry::Registry;
 
+use super::leader_app::{self, LeaderAppMetrics};
 use super::metrics;
 use super::status::SharedStatus;
 use crate::clock::BootInstant;
 use crate::election::Timing;
-use crate::probe_server;
+use crate::probe_server::{self, Answer};
 
 /// Everything a probe request may read.
 pub struct ProbeState {
     pub status: SharedStatus,
     pub registry: Registry,
     pub timing: Timing,
+    /// The leader instance's metrics on loopback, when configured.
+    pub leader_app: Option<LeaderAppMetrics>,
 }
 
 /// Binds the probe address, so a port in use is a start-up error.
@@ -36,7 +40,21 @@ pub fn spawn(listener: std::net::TcpListener, state: Arc<ProbeState>) -> std::io
     probe_server::spawn(
         listener,
         "probes",
-        Arc::new(move |req| respond(&state, req)),
+        Arc::new(move |req| {
+            if req.uri().path() == leader_app::PATH
+                && (req.method() == Method::GET || req.method() == Method::HEAD)
+                && state.leader_app.is_some()
+            {
+                let state = state.clone();
+                return Answer::Later(Box::pin(async move {
+                    match &state.leader_app {
+                        Some(app) => app.page().await,
+                        None => text(StatusCode::NOT_FOUND, "not configured\n".into()),
+                    }
+                }));
+            }
+            respond(&state, req).into()
+        }),
     )
 }
 

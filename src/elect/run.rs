@@ -17,6 +17,7 @@
 //! pod's previous elector process, or starting as a follower.
 
 mod adopt;
+mod contention;
 mod handover;
 mod lease_calls;
 mod publish;
@@ -32,7 +33,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
 
 use super::consumer::{ConsumerCheck, ConsumerState};
-use super::events::EventRecorder;
+use super::events::{EventRecorder, PodRef};
 use super::metrics::Metrics;
 use super::options::ElectConfig;
 use super::outputs::Outputs;
@@ -45,6 +46,7 @@ use crate::election::adoption::Inheritance;
 use crate::election::candidate::Source;
 use crate::election::identity;
 use crate::election::record::Observed;
+use crate::election::report::TermStart;
 use crate::election::Candidate;
 use crate::runtime::{self, RoleError};
 
@@ -97,6 +99,9 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
         status: status.clone(),
         registry,
         timing: config.timing,
+        leader_app: config
+            .leader_app_metrics_port
+            .map(super::leader_app::LeaderAppMetrics::new),
     });
     // Its own thread and runtime: nothing the probe port receives can delay the loop.
     probes::spawn(listener, probe_state)
@@ -146,9 +151,20 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
                 .to_owned(),
         }),
     };
-    let events = config
-        .events
-        .then(|| EventRecorder::new(client, &config.namespace, &config.lease_name, &holder));
+    let pod_ref = config.pod.as_ref().map(|(name, namespace)| PodRef {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        uid: config.pod_uid.clone(),
+    });
+    let events = config.events.then(|| {
+        EventRecorder::new(
+            client,
+            &config.namespace,
+            &config.lease_name,
+            pod_ref,
+            &holder,
+        )
+    });
     tracing::info!(
         identity = %holder,
         lease = %api.reference(),
@@ -185,7 +201,8 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
         consumer_check: config.consumer,
         consumer: None,
         consumer_live_at: now,
-        consumer_complained: false,
+        said: contention::Said::default(),
+        term_start: None,
         own_pod: OwnPod::fixed(PodState::Pending),
         own_pod_target: Some(own_pod_target),
         pod_state: PodState::Pending,
@@ -237,8 +254,10 @@ struct Elector {
     /// When the consumer was last judged live, or this pod's term began (whichever is later):
     /// a leader whose consumer stays unproven for the consumer timeout after it steps down.
     consumer_live_at: BootInstant,
-    /// Whether this spell of not contending has been warned about (log and Event) already.
-    consumer_complained: bool,
+    /// What this pod last said (Event) about whether it contends.
+    said: contention::Said,
+    /// How the current (or last) term began: written into the Lease with every renewal.
+    term_start: Option<TermStart>,
     /// The watch on this pod's own Pod object: a terminating pod does not take the Lease.
     own_pod: OwnPod,
     /// Its state as last taken over by the loop.
@@ -333,7 +352,7 @@ impl Elector {
             .set(i64::from(matches!(state, PodState::Terminating { .. })));
         self.status.update(|s| s.pod = state.clone());
         self.pod_state = state;
-        self.metrics.may_contend.set(i64::from(self.may_contend()));
+        self.report_contention(self.consumer, BootInstant::now());
         if self.may_contend() {
             self.next_attempt = self.next_attempt.min(BootInstant::now());
         }

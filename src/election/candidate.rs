@@ -66,12 +66,68 @@ impl std::fmt::Display for StopReason {
     }
 }
 
+/// How the term before ours ended, as this candidate saw it: what `handovers_total{cause}`,
+/// the `BecameLeader` Event and the Lease's `acquired-cause` annotation say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoverCause {
+    /// The holder released the Lease (a graceful handover): an empty holder.
+    Released,
+    /// The holder's record stayed unchanged for the lease duration (a crash, a partition, a
+    /// pause), or our own earlier record after our grant lapsed.
+    Expired,
+    /// A restarted elector of the same pod took over its predecessor's record: the term goes on.
+    Adopted,
+    /// The Lease did not exist (a first install, or it was deleted) and stayed absent for the
+    /// lease duration.
+    Created,
+}
+
+impl HandoverCause {
+    /// The label value and annotation value: `released`, `expired`, `adopted`, `created`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandoverCause::Released => "released",
+            HandoverCause::Expired => "expired",
+            HandoverCause::Adopted => "adopted",
+            HandoverCause::Created => "created",
+        }
+    }
+
+    /// Every cause, in the order the metrics list them.
+    pub const ALL: [HandoverCause; 4] = [
+        HandoverCause::Released,
+        HandoverCause::Expired,
+        HandoverCause::Adopted,
+        HandoverCause::Created,
+    ];
+}
+
+impl std::fmt::Display for HandoverCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Lease this candidate may take, as it sees it: how the previous term ended and since when
+/// (on our clock) it has seen it so — the start of the leaderless time a takeover ends. For an
+/// expired holder that is when we first saw its last record: its grant may have run up to its
+/// renew deadline into that time, so the figure is an upper bound, measured locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vacancy {
+    pub cause: HandoverCause,
+    pub since: BootInstant,
+}
+
 /// A change of this pod's grant that the outputs must publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transition {
+    /// A new term: we took the Lease over (`cause`) after it had no working holder for
+    /// `leaderless`, as far as we saw: from the vacancy's start to when our write was sent.
     BecameLeader {
         epoch: u64,
         expiry: BootInstant,
+        cause: HandoverCause,
+        leaderless: Duration,
     },
     /// We took over the record of an earlier elector process of our own pod (see
     /// [`super::adoption`]): the term goes on, with our grant from now on.
@@ -345,20 +401,46 @@ impl Candidate {
         })
     }
 
+    /// How the term before the one we would begin by taking the current view ended, and since
+    /// when we have seen it so; `None` before the first look.
+    pub fn vacancy(&self) -> Option<Vacancy> {
+        let seen = self.seen.as_ref()?;
+        let cause = match &seen.observed {
+            Observed::Absent => HandoverCause::Created,
+            Observed::Present(r) if r.holder.is_none() => HandoverCause::Released,
+            Observed::Present(_) => HandoverCause::Expired,
+        };
+        Some(Vacancy {
+            cause,
+            since: seen.first_seen,
+        })
+    }
+
     /// Whether a follower may try to take the Lease at `now`.
     pub fn may_acquire(&self, now: BootInstant) -> bool {
         self.term.is_none() && self.free_at().is_some_and(|at| now >= at)
     }
 
     /// Our acquire (sent at `sent_at`) succeeded and the server answered `observed` at `now`.
+    /// The view the write was based on is still ours (the driver handles nothing else while its
+    /// write is in flight): it says how the previous term ended.
     pub fn acquired(
         &mut self,
         sent_at: BootInstant,
         now: BootInstant,
         observed: Observed,
     ) -> Option<Transition> {
+        let vacancy = self.vacancy().unwrap_or(Vacancy {
+            cause: HandoverCause::Expired,
+            since: now,
+        });
         let (epoch, expiry) = self.begin_term(sent_at, now, observed)?;
-        Some(Transition::BecameLeader { epoch, expiry })
+        Some(Transition::BecameLeader {
+            epoch,
+            expiry,
+            cause: vacancy.cause,
+            leaderless: sent_at.saturating_since(vacancy.since),
+        })
     }
 
     /// Our adoption (sent at `sent_at`: one write, conditional on the record that named our
@@ -439,6 +521,8 @@ impl Candidate {
 
 #[cfg(test)]
 mod adoption_simulation;
+#[cfg(test)]
+mod report_simulation;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

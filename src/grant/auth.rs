@@ -13,7 +13,12 @@
 //! ```text
 //! grant: grant-v1|MODE|LEN:HOLDER|EPOCH|INCARNATION|SEQ|LEN:LEASE|EXPIRES_BOOTTIME_NS|RENEW_DEADLINE_NS|KILL_GRACE_NS
 //! ack:   ack-v1|MODE|INCARNATION|SEQ|LEADER_START_FAILURES
+//! ack:   ack-v2|MODE|INCARNATION|SEQ|LEADER_START_FAILURES|LEADER_STARTS|LEADER_CRASHES
 //! ```
+//!
+//! An ack whose `leader_starts` and `leader_crashes` are both 0 (or absent) is signed as
+//! `ack-v1`, anything else as `ack-v2`: consumers that count nothing keep the first form, and
+//! a count taken out of an ack changes its form and so breaks its MAC.
 //!
 //! `expires_at` (for humans) and `mac` itself are not covered. The two prefixes keep a grant's
 //! MAC from ever passing as an ack's: a copy of the elector's own follower object in the ack
@@ -142,10 +147,22 @@ pub fn grant_canonical(g: &Grant) -> String {
 
 /// The string an ack's `mac` covers; see the module documentation.
 pub fn ack_canonical(a: &Grant) -> String {
-    format!(
-        "ack-v1|{}|{}|{}|{}",
-        a.mode, a.incarnation, a.seq, a.leader_start_failures
-    )
+    if a.leader_starts == 0 && a.leader_crashes == 0 {
+        format!(
+            "ack-v1|{}|{}|{}|{}",
+            a.mode, a.incarnation, a.seq, a.leader_start_failures
+        )
+    } else {
+        format!(
+            "ack-v2|{}|{}|{}|{}|{}|{}",
+            a.mode,
+            a.incarnation,
+            a.seq,
+            a.leader_start_failures,
+            a.leader_starts,
+            a.leader_crashes
+        )
+    }
 }
 
 /// The content of `<flag-file>.token`: which elector incarnation the key belongs to.
@@ -317,6 +334,33 @@ mod tests {
         ack.mode = Mode::Stopped;
         ack.leader_start_failures = 2;
         assert_eq!(ack_canonical(&ack), "ack-v1|stopped|829374651234|42|2");
+        ack.leader_starts = 5;
+        ack.leader_crashes = 1;
+        assert_eq!(ack_canonical(&ack), "ack-v2|stopped|829374651234|42|2|5|1");
+    }
+
+    /// The counts are covered: an ack whose counts were changed, or dropped, fails.
+    #[test]
+    fn an_acks_leader_counts_are_signed() {
+        let k = key(3);
+        let mut ack = sample();
+        ack.mode = Mode::Leader;
+        ack.leader_starts = 4;
+        ack.leader_crashes = 2;
+        k.sign_ack(&mut ack);
+        assert!(k.verify_ack(&ack));
+        for edit in [
+            |a: &mut Grant| a.leader_starts = 3,
+            |a: &mut Grant| a.leader_crashes = 0,
+            |a: &mut Grant| {
+                a.leader_starts = 0;
+                a.leader_crashes = 0;
+            },
+        ] {
+            let mut forged = ack.clone();
+            edit(&mut forged);
+            assert!(!k.verify_ack(&forged), "{forged:?}");
+        }
     }
 
     /// A known-answer vector for docs/protocol.md: HMAC-SHA256 with the key 32 × 0x01.

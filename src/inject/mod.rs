@@ -17,6 +17,7 @@ mod names;
 pub mod native_election;
 mod options;
 mod pod;
+pub mod published;
 mod pull_secrets;
 mod rbac;
 mod run;
@@ -43,7 +44,7 @@ pub use names::{
 pub use native_election::PassmowerElection;
 pub use options::{
     check_idle_namespace, image_howto, parse_app_command, AppOnChange, InjectArgs, InjectOptions,
-    KubeVersion, OnError, SidecarArgs, LONG_ABOUT, UNPUBLISHED_IMAGE_REPOSITORY,
+    KubeVersion, OnError, SidecarArgs, LONG_ABOUT, PROJECT_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};

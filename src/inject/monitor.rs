@@ -1,6 +1,8 @@
 //! Metrics: a Prometheus Operator PodMonitor that selects a target's pods gets an endpoint for
-//! the elector's `/metrics`, so the chart's own monitoring (Passmower's `podMonitor.enabled`)
-//! scrapes the elector without a second object.
+//! the elector's `/metrics`, and, when the app runs a separate leader instance, one for that
+//! instance's own metrics, which the elector serves at `/metrics/leader-app` (the instance
+//! listens on loopback only); so the chart's own monitoring (Passmower's `podMonitor.enabled`)
+//! scrapes both without a second object.
 //!
 //! A PodMonitor scrapes the container ports its endpoints name. Giving the elector's port the
 //! app's port name (`metrics`) would scrape it too, but two containers with one port name make
@@ -9,13 +11,15 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::names::PROBE_PORT_NAME;
+use super::names::{LEADER_APP_METRICS_PATH, PROBE_PORT_NAME};
 
-/// The PodMonitor `value` with an endpoint for the elector's port added, when it selects the
-/// pods of a target and has none yet; `None` otherwise (also for anything not a PodMonitor).
+/// The PodMonitor `value` with endpoints for the elector's port added (`/metrics`, and with
+/// `leader_app` also `/metrics/leader-app`), when it selects the pods of a target and lacks
+/// them; `None` otherwise (also for anything not a PodMonitor).
 pub fn add_elector_endpoint(
     value: &Value,
     target_pods: &[(Option<String>, Mapping)],
+    leader_app: bool,
 ) -> Option<Value> {
     if value.get("kind")?.as_str()? != "PodMonitor"
         || !value
@@ -48,23 +52,36 @@ pub fn add_elector_endpoint(
         return None;
     }
     let endpoints = spec.get("podMetricsEndpoints")?.as_sequence()?;
-    let named = |e: &Value| e.get("port").and_then(Value::as_str) == Some(PROBE_PORT_NAME);
-    if endpoints.iter().any(named) {
+    let has = |path: &str| {
+        endpoints.iter().any(|e| {
+            e.get("port").and_then(Value::as_str) == Some(PROBE_PORT_NAME)
+                && e.get("path").and_then(Value::as_str).unwrap_or("/metrics") == path
+        })
+    };
+    let mut paths = vec!["/metrics"];
+    if leader_app {
+        paths.push(LEADER_APP_METRICS_PATH);
+    }
+    paths.retain(|p| !has(p));
+    if paths.is_empty() {
         return None;
     }
-    let mut endpoint = Mapping::new();
-    endpoint.insert("port".into(), PROBE_PORT_NAME.into());
-    endpoint.insert("path".into(), "/metrics".into());
     // Scraped as often as the app's own metrics.
-    if let Some(interval) = endpoints.first().and_then(|e| e.get("interval")) {
-        endpoint.insert("interval".into(), interval.clone());
-    }
+    let interval = endpoints.first().and_then(|e| e.get("interval")).cloned();
     let mut changed = value.clone();
     let list = changed
         .get_mut("spec")?
         .get_mut("podMetricsEndpoints")?
         .as_sequence_mut()?;
-    list.push(Value::Mapping(endpoint));
+    for path in paths {
+        let mut endpoint = Mapping::new();
+        endpoint.insert("port".into(), PROBE_PORT_NAME.into());
+        endpoint.insert("path".into(), path.into());
+        if let Some(interval) = &interval {
+            endpoint.insert("interval".into(), interval.clone());
+        }
+        list.push(Value::Mapping(endpoint));
+    }
     Some(changed)
 }
 
@@ -94,6 +111,7 @@ mod tests {
         let changed = add_elector_endpoint(
             &monitor("{app.kubernetes.io/name: passmower, app.kubernetes.io/instance: pm}"),
             &pods(),
+            false,
         )
         .expect("changed");
         let endpoints = changed["spec"]["podMetricsEndpoints"]
@@ -101,14 +119,21 @@ mod tests {
             .unwrap();
         assert_eq!(endpoints.len(), 2);
         assert_eq!(endpoints[1]["port"].as_str(), Some(PROBE_PORT_NAME));
+        assert_eq!(endpoints[1]["path"].as_str(), Some("/metrics"));
         assert_eq!(endpoints[1]["interval"].as_str(), Some("30s"));
-        assert!(add_elector_endpoint(&changed, &pods()).is_none());
+        assert!(add_elector_endpoint(&changed, &pods(), false).is_none());
+        // With a leader instance its metrics are scraped too, once.
+        let both = add_elector_endpoint(&changed, &pods(), true).expect("changed");
+        let endpoints = both["spec"]["podMetricsEndpoints"].as_sequence().unwrap();
+        assert_eq!(endpoints.len(), 3);
+        assert_eq!(endpoints[2]["path"].as_str(), Some(LEADER_APP_METRICS_PATH));
+        assert!(add_elector_endpoint(&both, &pods(), true).is_none());
     }
 
     #[test]
     fn other_podmonitors_are_left_alone() {
         for labels in ["{app: other}", "{}", "{app.kubernetes.io/instance: other}"] {
-            assert!(add_elector_endpoint(&monitor(labels), &pods()).is_none());
+            assert!(add_elector_endpoint(&monitor(labels), &pods(), true).is_none());
         }
     }
 }

@@ -34,6 +34,13 @@ pub const BIN_VOLUME: &str = "passmower-elector-bin";
 pub const ELECTOR_CONTAINER: &str = "passmower-elector";
 pub const INSTALL_CONTAINER: &str = "passmower-elector-install";
 pub const PROBE_PORT_NAME: &str = "elector-probe";
+/// Passmower's metrics port, fixed in its code.
+pub const APP_METRICS_PORT: u16 = 9090;
+/// The loopback port the leader instance's metrics port moves to (`--leader-port-map`), which
+/// the elector serves at `/metrics/leader-app` on its probe port.
+pub const LEADER_APP_METRICS_PORT: u16 = 19090;
+/// The elector's path for the leader instance's metrics.
+pub const LEADER_APP_METRICS_PATH: &str = "/metrics/leader-app";
 /// The env var that carries a `valueFrom` NAMESPACE_SELECTOR to the supervisor's arguments,
 /// where the kubelet expands `$(VAR)`: the real NAMESPACE_SELECTOR is set per mode.
 pub const LEADER_SELECTOR_VAR: &str = "PASSMOWER_ELECTOR_LEADER_NAMESPACE_SELECTOR";

@@ -8,12 +8,14 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
 use super::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use super::native_election::PassmowerElection;
+use super::published;
 use crate::config::{self, is_dns1123_label, is_dns1123_subdomain, ConfigError};
 use crate::election::Timing;
 
-/// A repository nothing publishes, which earlier versions used as the default image: refused
-/// with the way to build one, so no pod waits forever on an image pull.
-pub const UNPUBLISHED_IMAGE_REPOSITORY: &str = "ghcr.io/passmower/passmower-elector";
+/// The repository the project's releases publish the sidecar image to. Releases push version
+/// tags only (never `latest`: pods restarted at different times would run different electors),
+/// so a reference to it without a version tag or a digest is refused.
+pub const PROJECT_IMAGE_REPOSITORY: &str = "ghcr.io/passmower/passmower-elector";
 
 /// What to do when `inject` cannot produce manifests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -48,8 +50,9 @@ pub const LONG_ABOUT: &str =
     PodDisruptionBudget and the write fence (a ValidatingAdmissionPolicy admitting Passmower's \
     operator writes only from the Lease holder's pod) added to each targeted workload. Other \
     documents pass through unchanged; running it twice equals running it once.\n\n\
-    The sidecar image is required (--image): nothing publishes it, build and push it first \
-    (docs/install/sidecar-image.md).\n\n\
+    A released binary defaults --image to the image released with it, pinned by version and \
+    digest (`passmower-elector --version` names it); a development build requires --image: \
+    build and push the image first (docs/install/sidecar-image.md).\n\n\
     Helm 3: `helm upgrade --install ... -n NAMESPACE --post-renderer passmower-elector \
     --post-renderer-args inject --post-renderer-args=--image=IMAGE \
     --post-renderer-args=--namespace=NAMESPACE` (helm gives a post-renderer no namespace; the \
@@ -67,10 +70,11 @@ pub struct SidecarArgs {
     /// The container to wrap with `supervise`; workloads without it are not targets.
     #[arg(long, env = "ELECTOR_CONTAINER", default_value = DEFAULT_CONTAINER)]
     pub container: String,
-    /// Sidecar image, required (runs `elect` and the `copy-self` initContainer). Nothing
-    /// publishes it: build it from this repository and push it to a registry your nodes pull
-    /// from (`docker build -f Dockerfile.sidecar`, or without Docker
-    /// `scripts/build-sidecar-image.sh` + `skopeo copy`).
+    /// Sidecar image (runs `elect` and the `copy-self` initContainer). Default in a released
+    /// binary: the image released with it, `REPOSITORY:VERSION@DIGEST` (`--version` names it).
+    /// A development build has none and requires it: build the image from this repository and
+    /// push it to a registry your nodes pull from (`docker build -f Dockerfile.sidecar`, or
+    /// without Docker `scripts/build-sidecar-image.sh` + `skopeo copy`).
     #[arg(long, env = "ELECTOR_IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
     /// A Secret in the pod's namespace (type kubernetes.io/dockerconfigjson) with which the
@@ -239,7 +243,7 @@ pub struct InjectArgs {
 pub struct InjectOptions {
     /// Name of the container to wrap with `supervise`.
     pub container: String,
-    /// Sidecar image reference (required: nothing publishes a default).
+    /// Sidecar image reference (`--image`, else a release build's own image).
     pub image: String,
     /// Secrets the pod pulls the sidecar image with, added after its own `imagePullSecrets`.
     pub image_pull_secrets: Vec<String>,
@@ -353,7 +357,11 @@ impl SidecarArgs {
             .transpose()?;
         Ok(InjectOptions {
             container: self.container.clone(),
-            image: self.image.clone().unwrap_or_default(),
+            image: self
+                .image
+                .clone()
+                .or_else(published::release_image)
+                .unwrap_or_default(),
             image_pull_secrets: self.image_pull_secrets.clone(),
             app_command,
             on_change: self.on_change,
@@ -558,13 +566,53 @@ pub fn check_idle_namespace(name: &str, deny: bool) -> Result<(), ConfigError> {
 /// How to get a sidecar image, for the error that asks for one.
 pub fn image_howto() -> String {
     format!(
-        "nothing publishes the sidecar image: build it from this repository, push it to a \
-         registry your nodes pull from, and pass it as --image (or ELECTOR_IMAGE). With \
-         Docker: `docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:{VERSION} . \
-         && docker push REGISTRY/passmower-elector:{VERSION}`. Without Docker: \
+        "a development build has no default sidecar image. A released binary defaults to the \
+         image released with it ({PROJECT_IMAGE_REPOSITORY}:VERSION@DIGEST); or build the image \
+         from this repository, push it to a registry your nodes pull from, and pass it as \
+         --image (or ELECTOR_IMAGE). With Docker: `docker build -f Dockerfile.sidecar -t \
+         REGISTRY/passmower-elector:{VERSION} . && docker push \
+         REGISTRY/passmower-elector:{VERSION}`. Without Docker: \
          `scripts/build-sidecar-image.sh` builds an OCI archive, then `skopeo copy \
          oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:{VERSION}`"
     )
+}
+
+/// The repository, tag and digest of an image reference (`name[:tag][@digest]`; a ':' before
+/// the last '/' is a registry port).
+fn split_image(image: &str) -> (&str, Option<&str>, Option<&str>) {
+    let (name, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    let last_segment = name.rfind('/').map_or(0, |i| i + 1);
+    match name[last_segment..].rfind(':') {
+        Some(i) => (
+            &name[..last_segment + i],
+            Some(&name[last_segment + i + 1..]),
+            digest,
+        ),
+        None => (name, None, digest),
+    }
+}
+
+/// Refuses a reference to a repository releases publish to, without a version tag or digest:
+/// nothing is published as `latest`.
+fn check_published_reference(image: &str) -> Result<(), ConfigError> {
+    let (repository, tag, digest) = split_image(image);
+    let published = repository == PROJECT_IMAGE_REPOSITORY
+        || published::release_repository() == Some(repository);
+    if published && digest.is_none() && tag.is_none_or(|t| t == "latest") {
+        return Err(ConfigError::new(
+            "--image",
+            image,
+            format!(
+                "releases publish {repository} with version tags only, never `latest`: name a \
+                 version, e.g. {repository}:{VERSION}, best pinned by digest as a released \
+                 binary and chart do ({repository}:{VERSION}@sha256:...)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl InjectOptions {
@@ -579,19 +627,6 @@ impl InjectOptions {
                 format!("the sidecar image is required; {}", image_howto()),
             ));
         }
-        if image
-            .strip_prefix(UNPUBLISHED_IMAGE_REPOSITORY)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '@']))
-        {
-            return Err(ConfigError::new(
-                "--image",
-                image,
-                format!(
-                    "{UNPUBLISHED_IMAGE_REPOSITORY} is a placeholder no pod can pull; {}",
-                    image_howto()
-                ),
-            ));
-        }
         if image.contains(char::is_whitespace) {
             return Err(ConfigError::new(
                 "--image",
@@ -599,6 +634,7 @@ impl InjectOptions {
                 "must be an image reference without spaces, e.g. registry.example.com/passmower-elector:0.1.0",
             ));
         }
+        check_published_reference(image)?;
         for name in &self.image_pull_secrets {
             if !is_dns1123_subdomain(name) {
                 return Err(ConfigError::new(
@@ -920,7 +956,7 @@ mod tests {
     }
 
     #[test]
-    fn the_image_is_required_and_the_placeholder_refused() {
+    fn the_image_is_required_and_the_published_repository_needs_a_version() {
         for image in ["", "  "] {
             let err = InjectOptions::new(image).validate().unwrap_err();
             assert_eq!(err.flag, "--image");
@@ -928,18 +964,34 @@ mod tests {
             assert!(err.reason.contains("skopeo copy"), "{err}");
         }
         for image in [
-            "ghcr.io/passmower/passmower-elector:0.1.0",
             "ghcr.io/passmower/passmower-elector",
-            "ghcr.io/passmower/passmower-elector@sha256:00",
+            "ghcr.io/passmower/passmower-elector:latest",
         ] {
             let err = InjectOptions::new(image).validate().unwrap_err();
-            assert!(err.reason.contains("placeholder"), "{image}: {err}");
+            assert_eq!(err.flag, "--image");
+            assert!(err.reason.contains("version tags only"), "{image}: {err}");
         }
-        assert!(
-            InjectOptions::new("ghcr.io/passmower/passmower-elector-fork:1")
-                .validate()
-                .is_ok()
+        for image in [
+            "ghcr.io/passmower/passmower-elector:0.1.0",
+            "ghcr.io/passmower/passmower-elector@sha256:00",
+            "ghcr.io/passmower/passmower-elector:0.1.0@sha256:00",
+            "ghcr.io/passmower/passmower-elector-fork",
+            "registry.example.com:5000/passmower-elector",
+        ] {
+            assert!(InjectOptions::new(image).validate().is_ok(), "{image}");
+        }
+    }
+
+    #[test]
+    fn image_references_split_into_repository_tag_and_digest() {
+        assert_eq!(split_image("a/b"), ("a/b", None, None));
+        assert_eq!(split_image("a/b:1"), ("a/b", Some("1"), None));
+        assert_eq!(
+            split_image("r.io:5000/b:1@sha256:00"),
+            ("r.io:5000/b", Some("1"), Some("sha256:00"))
         );
+        assert_eq!(split_image("r.io:5000/b"), ("r.io:5000/b", None, None));
+        assert_eq!(split_image("b@sha256:00"), ("b", None, Some("sha256:00")));
     }
 
     #[test]

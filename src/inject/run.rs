@@ -7,7 +7,7 @@ use super::companions::Companions;
 use super::error::InjectError;
 use super::names::VERSION;
 use super::native_election::PassmowerElection;
-use super::options::InjectOptions;
+use super::options::{AppOnChange, InjectOptions};
 use super::{monitor, target, workload, yaml};
 
 /// One object `inject` rewrote, as it was and as it is now: what a kustomize patch is made of.
@@ -89,7 +89,8 @@ impl Run<'_> {
         companions: &mut Vec<Written>,
     ) -> Result<Outcome, InjectError> {
         let opts = self.opts;
-        if let Some(changed) = monitor::add_elector_endpoint(value, &self.target_pods) {
+        let leader_app = opts.app_on_change() == AppOnChange::LeaderInstance;
+        if let Some(changed) = monitor::add_elector_endpoint(value, &self.target_pods, leader_app) {
             self.rewrites.push(Rewrite {
                 before: value.clone(),
                 after: changed.clone(),

@@ -18,10 +18,10 @@ use serde_norway::{Mapping, Value};
 use super::error::InjectError;
 use super::identity::AppIdentity;
 use super::names::{
-    WorkloadKind, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER, DRAIN_SECONDS, ELECTOR_CONTAINER,
-    FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION, INSTALL_CONTAINER,
-    LEADER_SELECTOR_VAR, LEASE_ANNOTATION, PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, SIDECAR_UID,
-    VERSION, WARNINGS_ANNOTATION,
+    WorkloadKind, APP_METRICS_PORT, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER, DRAIN_SECONDS,
+    ELECTOR_CONTAINER, FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION, INSTALL_CONTAINER,
+    LEADER_APP_METRICS_PORT, LEADER_SELECTOR_VAR, LEASE_ANNOTATION, PASSMOWER_APP_COMMAND,
+    PROBE_PORT_NAME, SIDECAR_UID, VERSION, WARNINGS_ANNOTATION,
 };
 use super::native_election::{self, PassmowerElection};
 use super::options::{AppOnChange, InjectOptions, KubeVersion};
@@ -375,9 +375,11 @@ fn wrap_main_container(
 /// `supervise`'s mode-change flags. Passmower (by default) keeps one instance serving and runs
 /// its operators in a second one while leader; every listener of that one goes to a free
 /// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
-/// port it opens. Unless `--no-leader-standby`, that second instance is kept started ahead in
-/// pods that do not lead, so a promotion does not wait for Node's boot (measured on Passmower:
-/// about as much memory as the leader instance, which every pod's limit holds already). Passmower's container also gets `--converge-oidc-clients`: its client
+/// port it opens — but the metrics port goes to a fixed one, which the elector serves at
+/// `/metrics/leader-app` for a PodMonitor. Unless `--no-leader-standby`, that second instance is
+/// kept started ahead in pods that do not lead, so a promotion does not wait for Node's boot
+/// (measured on Passmower: about as much memory as the leader instance, which every pod's limit
+/// must hold anyway). Passmower's container also gets `--converge-oidc-clients`: its client
 /// operator skips a client already in Redis, so a Secret create the write fence refused at a
 /// takeover would otherwise stay missing until the OIDCClient changes.
 fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
@@ -385,6 +387,7 @@ fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
         AppOnChange::LeaderInstance => {
             let mut flags = vec![
                 "--on-change=leader-instance".to_owned(),
+                format!("--leader-port-map={APP_METRICS_PORT}={LEADER_APP_METRICS_PORT}"),
                 "--leader-port-map=*=0".to_owned(),
             ];
             if opts.leader_standby {
@@ -518,17 +521,25 @@ fn elector_container(
         name: ELECTOR_CONTAINER.into(),
         image: Some(opts.image.clone()),
         command: Some(vec![IMAGE_BINARY.into()]),
-        args: Some(vec![
-            "elect".into(),
-            format!("--lease-name={lease}"),
-            format!("--lease-duration={}", duration_flag(opts.lease_duration)),
-            format!("--renew-deadline={}", duration_flag(opts.renew_deadline)),
-            format!("--retry-period={}", duration_flag(opts.retry_period)),
-            format!("--kill-grace={}", duration_flag(opts.kill_grace)),
-            format!("--flag-file={FLAG_DIR}/grant.json"),
-            format!("--toggle-url=http://127.0.0.1:{}/grant", opts.toggle_port),
-            format!("--probe-addr=0.0.0.0:{}", opts.probe_port),
-        ]),
+        args: Some(
+            vec![
+                "elect".into(),
+                format!("--lease-name={lease}"),
+                format!("--lease-duration={}", duration_flag(opts.lease_duration)),
+                format!("--renew-deadline={}", duration_flag(opts.renew_deadline)),
+                format!("--retry-period={}", duration_flag(opts.retry_period)),
+                format!("--kill-grace={}", duration_flag(opts.kill_grace)),
+                format!("--flag-file={FLAG_DIR}/grant.json"),
+                format!("--toggle-url=http://127.0.0.1:{}/grant", opts.toggle_port),
+                format!("--probe-addr=0.0.0.0:{}", opts.probe_port),
+            ]
+            .into_iter()
+            .chain(
+                (opts.app_on_change() == AppOnChange::LeaderInstance)
+                    .then(|| format!("--leader-app-metrics-port={LEADER_APP_METRICS_PORT}")),
+            )
+            .collect(),
+        ),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),

@@ -46,6 +46,17 @@ pub enum Offer {
     Obeyed { requested: Mode },
 }
 
+/// What the supervisor reports of its leader app in every ack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaderCounts {
+    /// Leader runs in a row that ended on their own before `--restart-backoff-reset`.
+    pub failures_in_a_row: u64,
+    /// Leader-mode starts since the supervisor started.
+    pub starts: u64,
+    /// Leader runs that ended on their own, or could not start, since the supervisor started.
+    pub crashes: u64,
+}
+
 /// What the supervisor has obeyed and acked, and what it knows from that of its elector.
 pub struct Obedience {
     obeyed: Option<Grant>,
@@ -282,9 +293,9 @@ impl Obedience {
     }
 
     /// The ack for the current state: the last object obeyed, with the mode actually in effect
-    /// (a leader grant that lapsed is acked as follower, with its order) and the failed leader
-    /// starts, signed with the elector's key.
-    pub fn ack_object(&self, in_effect: Mode, leader_start_failures: u64) -> Grant {
+    /// (a leader grant that lapsed is acked as follower, with its order), the failed leader
+    /// starts in a row and the leader-app totals, signed with the elector's key.
+    pub fn ack_object(&self, in_effect: Mode, counts: LeaderCounts) -> Grant {
         let mut ack = self
             .obeyed
             .clone()
@@ -294,7 +305,9 @@ impl Obedience {
             ack.expires_boottime_ns = 0;
             ack.expires_at = None;
         }
-        ack.leader_start_failures = leader_start_failures;
+        ack.leader_start_failures = counts.failures_in_a_row;
+        ack.leader_starts = counts.starts;
+        ack.leader_crashes = counts.crashes;
         self.trust.sign_ack(&mut ack);
         ack
     }
@@ -482,10 +495,22 @@ mod tests {
             Channel::Toggle,
             now,
         );
-        let ack = ob.ack_object(Mode::Follower, 2);
+        let counts = LeaderCounts {
+            failures_in_a_row: 2,
+            starts: 5,
+            crashes: 3,
+        };
+        let ack = ob.ack_object(Mode::Follower, counts);
         assert_eq!((ack.mode, ack.order()), (Mode::Follower, ob.last_order()));
         assert_eq!((ack.expires_boottime_ns, &ack.expires_at), (0, &None));
-        assert_eq!(ack.leader_start_failures, 2);
+        assert_eq!(
+            (
+                ack.leader_start_failures,
+                ack.leader_starts,
+                ack.leader_crashes
+            ),
+            (2, 5, 3)
+        );
         assert!(key.verify_ack(&ack));
         ob.write_ack(&ack).unwrap();
         assert_eq!(grant::read_file(&ob.ack_file).unwrap(), Some(ack));

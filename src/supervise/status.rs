@@ -31,6 +31,11 @@ pub struct Status {
     pub kill_grace_ns: u64,
     /// Leader children in a row that exited on their own before `--restart-backoff-reset`.
     pub leader_start_failures: u64,
+    /// Leader-mode starts since the supervisor started (the leader instance with
+    /// `--on-change=leader-instance`).
+    pub leader_starts: u64,
+    /// Leader runs that ended on their own, or could not start, since the supervisor started.
+    pub leader_crashes: u64,
     /// `--on-change` as configured: `restart`, `signal:SIG` or `leader-instance`.
     pub on_change: String,
     /// With `--on-change=leader-instance`, the instance that serves whatever the grant says

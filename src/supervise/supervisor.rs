@@ -20,7 +20,7 @@ use super::converge::{self, Outcome};
 use super::follow::Observation;
 use super::instance::{self, Ended, Instance};
 use super::mode::{self, OnChange, SignalDemotion, Step};
-use super::obedience::{Channel, Obedience, Offer};
+use super::obedience::{Channel, LeaderCounts, Obedience, Offer};
 use super::serving::Serving;
 use super::settings::Settings;
 use super::standby::{Go, Standby};
@@ -83,6 +83,11 @@ pub struct Supervisor {
     /// Leader children in a row that exited on their own before `--restart-backoff-reset`;
     /// reported in the ack so the elector can step down for a leader that cannot run.
     leader_start_failures: u64,
+    /// Leader-mode starts, and leader runs that ended on their own or could not start, since
+    /// this supervisor started: reported in every ack and `GET /mode` (for the elector's
+    /// metrics).
+    leader_starts: u64,
+    leader_crashes: u64,
     /// With `--on-change=leader-instance`: the instance that serves whatever the grant says.
     serving: Option<Serving>,
     /// With `--leader-standby`: the leader instance started ahead, waiting for the go.
@@ -118,6 +123,8 @@ impl Supervisor {
             pending: Vec::new(),
             shutdown: None,
             leader_start_failures: 0,
+            leader_starts: 0,
+            leader_crashes: 0,
             status,
         }
     }
@@ -353,6 +360,7 @@ impl Supervisor {
                     });
                 } else {
                     if mode == Mode::Leader {
+                        self.leader_crashes = self.leader_crashes.saturating_add(1);
                         self.leader_start_failures = mode::leader_failures_after_exit(
                             self.leader_start_failures,
                             ran,
@@ -549,6 +557,9 @@ impl Supervisor {
                 if after_crash {
                     self.restarts += 1;
                 }
+                if m == Mode::Leader {
+                    self.leader_starts = self.leader_starts.saturating_add(1);
+                }
                 tracing::info!(pid = pid.as_raw(), mode = %m, restarts = self.restarts, "child started");
                 if m == Mode::Leader {
                     // The next leader start (a restart after a crash, a later promotion) checks
@@ -559,6 +570,7 @@ impl Supervisor {
             Err(e) => {
                 if m == Mode::Leader {
                     self.leader_start_failures = self.leader_start_failures.saturating_add(1);
+                    self.leader_crashes = self.leader_crashes.saturating_add(1);
                 }
                 let delay = self.settings.backoff.on_exit(Duration::ZERO);
                 tracing::error!(command = ?self.settings.command, error = %e,
@@ -642,7 +654,8 @@ impl Supervisor {
             let id = self.converge.started;
             let tx = self.converged_tx.clone();
             tracing::info!(
-                "checking the OIDCClients this Deployment claimed for missing client Secrets                  before the leader instance starts"
+                "checking the OIDCClients this Deployment claimed for missing client Secrets \
+                 before the leader instance starts"
             );
             let task = tokio::spawn(async move {
                 let result = match tokio::time::timeout(converge::CONVERGE_LIMIT, spec.run()).await
@@ -685,14 +698,17 @@ impl Supervisor {
                 status.released_clients += out.released.len() as u64;
                 for client in &out.released {
                     tracing::warn!(%client,
-                        "OIDCClient claimed by this Deployment has no client Secret (a write                          sequence cut short by a takeover, a crash or a deletion); handed back so                          the leader instance claims and reconciles it");
+                        "OIDCClient claimed by this Deployment has no client Secret (a write \
+                         sequence cut short by a takeover, a crash or a deletion); handed back so \
+                         the leader instance claims and reconciles it");
                 }
                 for failure in &out.failed {
                     tracing::error!(%failure, "OIDCClient left unreconciled by the promotion check");
                 }
                 for client in &out.skipped {
                     tracing::warn!(%client,
-                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the                          check cannot tell whether the operator reconciles its namespace");
+                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the \
+                         check cannot tell whether the operator reconciles its namespace");
                 }
                 tracing::info!(
                     checked = out.checked,
@@ -704,7 +720,8 @@ impl Supervisor {
             Err(error) => {
                 status.failed_checks += 1;
                 tracing::error!(%error,
-                    "promotion check failed; starting the leader instance anyway (a client whose                      Secret is missing stays so until its OIDCClient changes)");
+                    "promotion check failed; starting the leader instance anyway (a client whose \
+                     Secret is missing stays so until its OIDCClient changes)");
             }
         }
         self.reconcile();
@@ -719,9 +736,7 @@ impl Supervisor {
         if in_effect != Mode::Leader {
             self.leader_start_failures = 0;
         }
-        let ack = self
-            .obedience
-            .ack_object(in_effect, self.leader_start_failures);
+        let ack = self.obedience.ack_object(in_effect, self.leader_counts());
         if let Err(e) = self.obedience.write_ack(&ack) {
             if self.child.running().is_some_and(|r| r.mode == Mode::Leader) {
                 tracing::error!(error = %e, "cannot write the ack file while leader");
@@ -776,6 +791,14 @@ impl Supervisor {
         Some(code)
     }
 
+    fn leader_counts(&self) -> LeaderCounts {
+        LeaderCounts {
+            failures_in_a_row: self.leader_start_failures,
+            starts: self.leader_starts,
+            crashes: self.leader_crashes,
+        }
+    }
+
     fn publish(&self) {
         let now = BootInstant::now();
         let child_pid = self.child.main_pid().map(Pid::as_raw);
@@ -800,6 +823,8 @@ impl Supervisor {
             seq: obeyed.map(|g| g.seq).unwrap_or(0),
             kill_grace_ns: crate::grant::duration_ns(self.obedience.kill_grace()),
             leader_start_failures: self.leader_start_failures,
+            leader_starts: self.leader_starts,
+            leader_crashes: self.leader_crashes,
             converge: self
                 .settings
                 .converge

@@ -410,6 +410,16 @@ mod tests {
             .as_array()
             .unwrap()
             .contains(&json!("--lease-name=passmower")));
+        // The leader instance's metrics reach the elector's port here too.
+        assert!(init[1]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--leader-app-metrics-port=19090")));
+        assert!(after["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--leader-port-map=9090=19090")));
+        assert_eq!(init[1]["ports"][0]["name"], "elector-probe");
         // Injecting the result again changes nothing.
         let (again, outcome) = admitted(after).await;
         assert_eq!(outcome, Outcome::Skipped);

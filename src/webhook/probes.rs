@@ -45,7 +45,7 @@ pub fn spawn(listener: std::net::TcpListener, state: Arc<ProbeState>) -> std::io
     crate::probe_server::spawn(
         listener,
         "webhook-probes",
-        Arc::new(move |req| respond(&state, req)),
+        Arc::new(move |req| respond(&state, req).into()),
     )
 }
 

@@ -20,7 +20,7 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// The sidecar image the tests inject: `--image` is required (nothing publishes a default).
+/// The sidecar image the tests inject: a development build requires `--image`.
 pub const IMAGE: &str = "registry.example.com/passmower-elector:0.1.0";
 
 pub fn golden_path(name: &str) -> PathBuf {

@@ -42,6 +42,10 @@ pub struct PodSpec {
     /// The stand-in app is a Node.js program ([`node_app_command`]) instead of a shell script,
     /// for the supervisor's Node-only modes (`--leader-port-map`, `--leader-standby`).
     pub node_app: bool,
+    /// The pod's UID (a Pod object's, when the test made one); a random one when unset.
+    pub uid: Option<String>,
+    /// The elector's `--probe-addr`; `127.0.0.1:0` (any free port) when unset.
+    pub probe_addr: Option<String>,
 }
 
 pub struct Pod {
@@ -181,7 +185,7 @@ impl Pod {
             .then(|| FaultProxy::start(support::Cluster::shared().api_addr()));
         let mut pod = Pod {
             name: name.to_owned(),
-            uid: random_uid(),
+            uid: spec.uid.clone().unwrap_or_else(random_uid),
             sandbox,
             supervisor,
             elector: None,
@@ -221,11 +225,12 @@ impl Pod {
     pub fn spawn_elector(&self, uid: Option<&str>, extra: &[&str]) -> ElectorProcess {
         let flag = self.sandbox.flag_file().to_string_lossy().into_owned();
         let toggle = format!("http://127.0.0.1:{}/grant", self.supervisor.port);
+        let probe = self.spec.probe_addr.as_deref().unwrap_or("127.0.0.1:0");
         let mut args = vec![
             "--lease-name",
             &self.ns.lease_name,
             "--probe-addr",
-            "127.0.0.1:0",
+            probe,
             "--flag-file",
             &flag,
             "--toggle-url",

@@ -60,11 +60,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "passmower-elector.image" -}}
-{{- $repository := required (printf "image.repository is required: nothing publishes the passmower-elector sidecar image. Build it from the passmower-elector repository and push it to a registry your nodes pull from (docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:%s . && docker push REGISTRY/passmower-elector:%s; without Docker: scripts/build-sidecar-image.sh, then skopeo copy oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:%s), then --set image.repository=REGISTRY/passmower-elector" .Chart.AppVersion .Chart.AppVersion .Chart.AppVersion) .Values.image.repository -}}
-{{- if eq $repository "ghcr.io/passmower/passmower-elector" -}}
-{{- fail "image.repository ghcr.io/passmower/passmower-elector is a placeholder nobody publishes: build the sidecar image and push it to your own registry (see values.yaml)" -}}
+{{- $repository := required (printf "image.repository is required: a chart from the passmower-elector source tree names no image (a released chart names the image released with it). Use a released image (--set image.repository=ghcr.io/passmower/passmower-elector,image.tag=VERSION,image.digest=sha256:...), or build it from the passmower-elector repository and push it to a registry your nodes pull from (docker build -f Dockerfile.sidecar -t REGISTRY/passmower-elector:%s . && docker push REGISTRY/passmower-elector:%s; without Docker: scripts/build-sidecar-image.sh, then skopeo copy oci-archive:ARCHIVE docker://REGISTRY/passmower-elector:%s), then --set image.repository=REGISTRY/passmower-elector" .Chart.AppVersion .Chart.AppVersion .Chart.AppVersion) .Values.image.repository -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $digest := .Values.image.digest | default "" -}}
+{{- if and (eq $repository "ghcr.io/passmower/passmower-elector") (eq $tag "latest") (not $digest) -}}
+{{- fail "image.tag latest: releases publish ghcr.io/passmower/passmower-elector with version tags only; leave image.tag empty (the chart's appVersion) or name a version" -}}
 {{- end -}}
-{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if and $digest (not (regexMatch "^sha256:[0-9a-f]{64}$" $digest)) -}}
+{{- fail (printf "image.digest %q must be sha256: and 64 lower-case hex digits (the image index's digest), or empty" $digest) -}}
+{{- end -}}
+{{- if $digest -}}
+{{- printf "%s:%s@%s" $repository $tag $digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

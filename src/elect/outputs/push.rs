@@ -30,6 +30,8 @@ pub(super) struct Toggle {
     pub(super) settled: watch::Sender<Order>,
     /// When the newest 2xx with a verified ack arrived: the consumer's proof of life.
     pub(super) answered: watch::Receiver<Option<BootInstant>>,
+    /// Why the latest push failed, in words; None once one succeeds again.
+    pub(super) failure: watch::Receiver<Option<String>>,
 }
 
 impl Toggle {
@@ -46,7 +48,9 @@ impl Toggle {
         let (ack_tx, acked) = watch::channel(None);
         let (settled, settled_rx) = watch::channel(Order::default());
         let (answered_tx, answered) = watch::channel(None);
+        let (failure_tx, failure) = watch::channel(None);
         let pusher = Pusher {
+            failure: failure_tx,
             url,
             timeout,
             heartbeat,
@@ -62,6 +66,7 @@ impl Toggle {
             acked,
             settled,
             answered,
+            failure,
         }
     }
 }
@@ -76,6 +81,7 @@ struct Pusher {
     acked: watch::Sender<Option<Grant>>,
     answered: watch::Sender<Option<BootInstant>>,
     settled: watch::Receiver<Order>,
+    failure: watch::Sender<Option<String>>,
 }
 
 impl Pusher {
@@ -126,6 +132,7 @@ impl Pusher {
                     }
                     failures = 0;
                     backoff = Duration::from_millis(25);
+                    self.failure.send_replace(None);
                     self.acked.send_replace(Some(ack));
                     self.answered.send_replace(Some(BootInstant::now()));
                     // The same object again after a heartbeat without news: the consumer
@@ -137,6 +144,7 @@ impl Pusher {
                 }
                 Err(why) => {
                     failures += 1;
+                    self.failure.send_replace(Some(why.clone()));
                     // Log the first failure and then every 50th, so a dead consumer cannot flood
                     // logs. A demotion its ack file confirmed meanwhile is done, not failing; and
                     // a consumer that says it has exited (at pod shutdown in native sidecar order
@@ -185,7 +193,16 @@ async fn post(
     let response = tokio::time::timeout(timeout, client.request(request))
         .await
         .map_err(|_| format!("no answer within {timeout:?}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            let cause = std::error::Error::source(&e)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default();
+            if e.is_connect() {
+                format!("no connection to the toggle{cause} (is the app container running?)")
+            } else {
+                format!("{e}{cause}")
+            }
+        })?;
     let status = response.status();
     let body = tokio::time::timeout(
         timeout,
@@ -196,7 +213,20 @@ async fn post(
     .map_err(|e| format!("answered {status} with an unreadable body: {e}"))?
     .to_bytes();
     if !status.is_success() {
-        return Err(format!("answered {status}"));
+        // The consumer says why it refused (the supervisor: no readable token, another
+        // incarnation, a bad MAC): the first line, for the log and the NotContending Event.
+        let said: String = String::from_utf8_lossy(&body)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
+        return Err(if said.is_empty() {
+            format!("answered {status}")
+        } else {
+            format!("answered {status}: {said}")
+        });
     }
     let ack = Grant::from_json(&body)
         .ok()

@@ -22,11 +22,14 @@ use signal_hook_tokio::Signals;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::events::Kind;
 use crate::elect::lease_api::{LeaseApiError, Watch, WatchItem};
 use crate::election::adoption::{self, Decision};
 use crate::election::candidate::Source;
 use crate::election::identity::HolderIdentity;
 use crate::election::record::{self, Observed};
+use crate::election::report::{self, TermStart};
+use crate::election::HandoverCause;
 
 /// How the start-up ended.
 pub(super) enum StartUp {
@@ -49,6 +52,10 @@ impl Elector {
                     "the previous elector of this pod left a live leader grant, but this elector \
                      knows no pod UID (--pod-uid, POD_UID): it cannot prove it is the same pod, so \
                      it does not adopt; starting as follower"
+                );
+                self.adoption_declined(
+                    "this elector knows no pod UID (POD_UID), so it cannot prove the Lease's \
+                     holder was this pod",
                 );
             }
             self.publish_follower();
@@ -102,14 +109,24 @@ impl Elector {
             );
             match decision {
                 Decision::Adopt { from } => self.adopt(&from, until).await,
-                Decision::Release { from, failures } => self.finish_step_down(from, failures).await,
+                Decision::Release { from, failures } => {
+                    self.adoption_declined(&format!(
+                        "the app exited on its own {failures} times in a row as leader under the \
+                         previous elector: finishing its step-down"
+                    ));
+                    self.finish_step_down(from, failures).await
+                }
                 Decision::Decline(why) => {
-                    tracing::info!(reason = %why, "not adopting the Lease; starting as follower")
+                    tracing::info!(reason = %why, "not adopting the Lease; starting as follower");
+                    self.adoption_declined(&why.to_string());
                 }
             }
         } else {
             tracing::info!(
                 "the inherited grant expired before the Lease could be read; starting as follower"
+            );
+            self.adoption_declined(
+                "the previous elector's grant expired before the Lease could be read",
             );
         }
         self.adopting = false;
@@ -129,11 +146,16 @@ impl Elector {
             return;
         };
         let timing = *self.candidate.timing();
-        let desired = record::adopted(
+        let mut desired = record::adopted(
             &current,
             self.candidate.holder_id(),
             timing.lease_duration_seconds(),
         );
+        let term = TermStart {
+            cause: HandoverCause::Adopted,
+            leaderless: Duration::ZERO,
+        };
+        report::annotate(&mut desired, &self.holder_report(Some(term)));
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(timing.retry_period);
         let api = self.api.clone();
@@ -165,6 +187,10 @@ impl Elector {
                     "the Lease changed before the adoption could be written (another pod took \
                      it, or the previous elector still renews): not adopting"
                 );
+                self.adoption_declined(
+                    "the Lease changed before the adoption could be written (another pod took \
+                     it, or the previous elector still renews)",
+                );
                 self.refresh().await;
                 self.attempt_failed();
             }
@@ -178,6 +204,15 @@ impl Elector {
                 self.attempt_failed();
             }
         }
+    }
+
+    /// Says why the Lease the previous elector of this pod held is not adopted (an Event).
+    fn adoption_declined(&self, why: &str) {
+        self.event(
+            Kind::Normal,
+            "AdoptionDeclined",
+            format!("not adopting the Lease from this pod's previous elector: {why}; starting as follower"),
+        );
     }
 
     /// The app kept exiting as leader under the predecessor: demote it with our own objects,

@@ -15,10 +15,12 @@ use signal_hook_tokio::Signals;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
+use crate::elect::events::{Details, Kind};
 use crate::elect::lease_api::LeaseApiError;
 use crate::elect::outputs::AckSource;
 use crate::election::candidate::Source;
 use crate::election::record::{self, Observed};
+use crate::election::report;
 use crate::election::timing::MIN_MARGIN;
 use crate::election::StopReason;
 
@@ -37,6 +39,17 @@ impl Elector {
             }
         } else {
             self.publish_follower();
+        }
+        // The pod's last word, so `status` does not show a stopped elector as ready. Bounded:
+        // the Lease is released already, and nothing else waits for this.
+        if let Some(events) = &self.events {
+            let said = events.record_now(
+                Kind::Normal,
+                "NotContending",
+                "not contending for the Lease: the elector is stopping".to_owned(),
+                Details::default(),
+            );
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), said).await;
         }
         tracing::info!("elector stopped");
         ExitCode::SUCCESS
@@ -125,7 +138,9 @@ impl Elector {
             self.status
                 .update(|s| s.loop_heartbeat = BootInstant::now());
             let sent_at = BootInstant::now();
-            match self.api.replace(&record::released(&current)).await {
+            let mut desired = record::released(&current);
+            report::annotate(&mut desired, &self.holder_report(None));
+            match self.api.replace(&desired).await {
                 Ok(lease) => {
                     tracing::info!(lease = %self.api.reference(), "released the Lease");
                     self.observe(BootInstant::now(), Some(lease), Source::Read { sent_at });

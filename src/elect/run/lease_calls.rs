@@ -16,6 +16,7 @@ use crate::clock::{self, BootInstant};
 use crate::elect::lease_api::{observe, LeaseApiError};
 use crate::election::candidate::Source;
 use crate::election::record::{self, Observed};
+use crate::election::report::{self, TermStart};
 use crate::election::{Candidate, Transition};
 
 /// The first retry after a failure is never sooner than this, whatever the retry period.
@@ -77,11 +78,12 @@ impl Elector {
             self.recreate().await;
             return;
         };
-        let desired = record::renewed(
+        let mut desired = record::renewed(
             &current,
             self.candidate.holder_id(),
             self.candidate.timing().lease_duration_seconds(),
         );
+        report::annotate(&mut desired, &self.holder_report(self.term_start));
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(retry);
         let api = self.api.clone();
@@ -125,12 +127,13 @@ impl Elector {
     /// Recreates a deleted Lease while leading. Followers wait a full lease duration after
     /// seeing it absent, so our grant lapses before any of them may create it.
     pub(super) async fn recreate(&mut self) {
-        let desired = record::new_lease(
+        let mut desired = record::new_lease(
             self.api.name(),
             self.api.namespace(),
             self.candidate.holder_id(),
             self.candidate.timing().lease_duration_seconds(),
         );
+        report::annotate(&mut desired, &self.holder_report(self.term_start));
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(self.candidate.timing().retry_period);
         let api = self.api.clone();
@@ -158,28 +161,32 @@ impl Elector {
         let timing = *self.candidate.timing();
         let holder = self.candidate.holder_id().to_owned();
         let absent = matches!(self.candidate.observed(), Some(Observed::Absent));
+        let vacancy = self.candidate.vacancy();
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(timing.retry_period);
+        // The term this write begins, as the candidate will count it (see `Candidate::acquired`).
+        let report = self.holder_report(vacancy.map(|v| TermStart {
+            cause: v.cause,
+            leaderless: sent_at.saturating_since(v.since),
+        }));
         let api = self.api.clone();
         let result = if absent {
-            let desired = record::new_lease(
+            let mut desired = record::new_lease(
                 api.name(),
                 api.namespace(),
                 &holder,
                 timing.lease_duration_seconds(),
             );
+            report::annotate(&mut desired, &report);
             api.create(&desired).await
         } else {
             let Some(current) = self.current.clone() else {
                 self.refresh().await;
                 return;
             };
-            api.replace(&record::acquired(
-                &current,
-                &holder,
-                timing.lease_duration_seconds(),
-            ))
-            .await
+            let mut desired = record::acquired(&current, &holder, timing.lease_duration_seconds());
+            report::annotate(&mut desired, &report);
+            api.replace(&desired).await
         };
         let now = BootInstant::now();
         match result {

@@ -85,7 +85,8 @@ impl Elector {
     }
 
     /// Judges the consumer from its latest signed answers and acks: publishes the state
-    /// (status, metrics, a log line and an Event when it changes) and, while leading, steps
+    /// (status, metrics, and through `contention` a log line and an Event when it changes)
+    /// and, while leading, steps
     /// down when the consumer has exited, has been silent for the consumer timeout, or has not
     /// answered at all for that long since this term began.
     pub(super) async fn check_consumer(&mut self, now: BootInstant) {
@@ -96,14 +97,17 @@ impl Elector {
             self.consumer_live_at = now;
         }
         let leading = self.candidate.is_leader();
-        self.metrics.may_contend.set(i64::from(self.may_contend()));
         let running = leading && (state.runs_leader() || state == ConsumerState::Unchecked);
         self.metrics.operators_running.set(i64::from(running));
+        if let Some(report) = self.outputs.consumer_report() {
+            self.metrics
+                .leader_app_totals(report.leader_starts, report.leader_crashes);
+        }
         self.status.update(|s| {
             s.consumer = Some(state);
             s.operators_running = running;
         });
-        self.report_consumer(before, state, now);
+        self.report_contention(before, now);
         if !leading || state.may_contend() {
             return;
         }
@@ -121,44 +125,6 @@ impl Elector {
             state: state.to_string(),
         };
         self.step_down(reason, now).await;
-    }
-
-    /// Logs the consumer's state when it changes and, once per spell of not contending, says
-    /// why in a warning and a `NotContending` Event. A pod's start is such a spell too, but an
-    /// expected one (the app container starts after the sidecar): it is only warned about once
-    /// it has lasted the consumer timeout, so a healthy rollout records no warning.
-    fn report_consumer(
-        &mut self,
-        before: Option<ConsumerState>,
-        state: ConsumerState,
-        now: BootInstant,
-    ) {
-        let changed = before.map(ConsumerState::name) != Some(state.name());
-        if state.may_contend() {
-            if changed {
-                tracing::info!(consumer = state.name(), "{state}: contending for the Lease");
-            }
-            self.consumer_complained = false;
-            return;
-        }
-        let was_live = before.is_some_and(ConsumerState::may_contend);
-        let overdue = now.saturating_since(self.consumer_live_at) > self.consumer_check.timeout;
-        if !self.consumer_complained && (was_live || overdue) {
-            self.consumer_complained = true;
-            tracing::warn!(
-                consumer = state.name(),
-                "not contending for the Lease: {state}"
-            );
-            self.event(
-                "NotContending",
-                format!("not contending for the Lease: {state}"),
-            );
-        } else if changed {
-            tracing::info!(
-                consumer = state.name(),
-                "not contending for the Lease yet: {state}"
-            );
-        }
     }
 }
 

@@ -136,7 +136,9 @@ fn acquire_grants_until_send_time_plus_renew_deadline() {
         t,
         Some(Transition::BecameLeader {
             epoch: 5,
-            expiry: at(11.0)
+            expiry: at(11.0),
+            cause: HandoverCause::Released,
+            leaderless: Duration::from_secs(1),
         })
     );
     assert!(c.tick(at(10.9)).is_none());
@@ -386,4 +388,42 @@ fn fewer_transitions_in_a_fresh_answer_is_a_history_break_unless_the_lease_was_s
     read(&mut c, at(2.0), held(None, 150, Some(1), 0));
     assert_eq!(c.history_breaks(), 0);
     assert!(c.may_acquire(at(2.0)));
+}
+
+/// The cause and the leaderless time of a takeover are what this candidate saw of the term
+/// before: a release, a holder whose record stopped changing, or a Lease that was not there;
+/// counted from when it first saw that, which a metadata edit does not move.
+#[test]
+fn a_takeover_says_how_the_previous_term_ended_and_since_when() {
+    let mut c = candidate();
+    event(&mut c, at(0.0), held(None, 10, None, 4));
+    let t = c.acquired(at(3.0), at(3.1), held(Some("me_1"), 11, Some(15), 5));
+    assert!(matches!(
+        t,
+        Some(Transition::BecameLeader { cause: HandoverCause::Released, leaderless, .. })
+            if leaderless == Duration::from_secs(3)
+    ));
+
+    let mut c = candidate();
+    let old = held(Some("other"), 10, Some(15), 4);
+    event(&mut c, at(2.0), old.clone());
+    event(&mut c, at(9.0), with_rv(&old, 11));
+    assert_eq!(
+        c.vacancy(),
+        Some(Vacancy {
+            cause: HandoverCause::Expired,
+            since: at(2.0)
+        })
+    );
+    let t = c.acquired(at(17.0), at(17.5), held(Some("me_1"), 12, Some(15), 5));
+    assert!(matches!(
+        t,
+        Some(Transition::BecameLeader { cause: HandoverCause::Expired, leaderless, .. })
+            if leaderless == Duration::from_secs(15)
+    ));
+
+    let mut c = candidate();
+    event(&mut c, at(1.0), Observed::Absent);
+    assert_eq!(c.vacancy().map(|v| v.cause), Some(HandoverCause::Created));
+    assert_eq!(candidate().vacancy(), None, "nothing seen, nothing to say");
 }

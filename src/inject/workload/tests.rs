@@ -25,9 +25,26 @@ fn main_args(value: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The elector's arguments in a rewritten Deployment.
+fn elector_args(value: &Value) -> Vec<String> {
+    at(value, &["spec", "template", "spec", "initContainers"])
+        .unwrap()
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str() == Some(ELECTOR_CONTAINER))
+        .unwrap()["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Passmower keeps serving through a handover: its supervisor runs a separate leader
-/// instance with every listener moved, kept warm as a standby unless told not to; another app
-/// keeps restart mode unless asked.
+/// instance with every listener moved, its metrics port to a fixed one the elector serves at
+/// /metrics/leader-app, kept warm as a standby unless told not to; another app keeps restart
+/// mode unless asked.
 #[test]
 fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
     let on_change = |value: &Value| -> Vec<String> {
@@ -40,15 +57,19 @@ fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
     };
     let separate = [
         "--on-change=leader-instance",
+        "--leader-port-map=9090=19090",
         "--leader-port-map=*=0",
         "--leader-standby",
     ];
-    assert_eq!(on_change(&rewritten(DEPLOYMENT, &opts()).0), separate);
+    let metrics_port = "--leader-app-metrics-port=19090".to_owned();
+    let passmower = rewritten(DEPLOYMENT, &opts()).0;
+    assert_eq!(on_change(&passmower), separate);
+    assert!(elector_args(&passmower).contains(&metrics_port));
     let cold = InjectOptions {
         leader_standby: false,
         ..opts()
     };
-    assert_eq!(on_change(&rewritten(DEPLOYMENT, &cold).0), separate[..2]);
+    assert_eq!(on_change(&rewritten(DEPLOYMENT, &cold).0), separate[..3]);
     let restart_cold = InjectOptions {
         on_change: Some(AppOnChange::Restart),
         leader_standby: false,
@@ -59,7 +80,9 @@ fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
         on_change: Some(AppOnChange::Restart),
         ..opts()
     };
-    assert!(on_change(&rewritten(DEPLOYMENT, &restart).0).is_empty());
+    let restarted = rewritten(DEPLOYMENT, &restart).0;
+    assert!(on_change(&restarted).is_empty());
+    assert!(!elector_args(&restarted).contains(&metrics_port));
 
     let other = DEPLOYMENT.replace("name: passmower", "name: web");
     let web = InjectOptions {

@@ -1,0 +1,625 @@
+//! The judgement of `status`: what was read, and the time, in; the report out — which pod holds
+//! the Lease and whether its operators run, every other pod's state, the last handovers, the
+//! fence — and from it the exit code. Pure, so its rules are tested on objects built in memory.
+//!
+//! Whether operators run is the holder's own word (its signed consumer view, written into the
+//! Lease with each renewal, see [`crate::election::report`]), and that word is only as good as
+//! its freshness: a report on a Lease nobody renewed for the lease duration does not count.
+//! `renewTime` is compared with this machine's clock, which the election itself never does; a
+//! clock more than a few seconds off shows as a stale (or fresh) renewal here and nowhere else.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use super::gather::{pod_of_identity, Gathered};
+use crate::elect::events::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
+use crate::election::identity::HolderIdentity;
+use crate::election::report as holder_report;
+use crate::inject::{ELECTOR_CONTAINER, INSTALL_CONTAINER};
+
+/// Handovers shown (newest first).
+pub const HANDOVERS_SHOWN: usize = 5;
+/// Events shown (newest first).
+pub const EVENTS_SHOWN: usize = 10;
+
+/// Container waiting reasons that are part of every start, not a problem.
+const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
+
+/// What `status` reports; the field names are stable (`-o json`).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub namespace: String,
+    /// A working leader: a holder whose fresh report says its operators run.
+    pub healthy: bool,
+    /// The verdict in one sentence.
+    pub verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentView>,
+    pub lease: LeaseView,
+    pub pods: Vec<PodView>,
+    /// The last terms begun (`BecameLeader`, `Adopted` Events), newest first.
+    pub handovers: Vec<HandoverView>,
+    /// The electors' last Events, newest first.
+    pub events: Vec<EventView>,
+    pub fence: FenceView,
+    /// Parts that could not be read, in words.
+    pub unreadable: Vec<String>,
+    /// The Lease could not be read: nothing can be told (exit 3).
+    #[serde(skip)]
+    unknown: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeploymentView {
+    pub name: String,
+    pub found: bool,
+    pub replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct LeaseView {
+    pub name: String,
+    /// Where the name came from (`--lease`, the elector's arguments, the Deployment's name).
+    pub name_from: String,
+    pub exists: bool,
+    /// The holder identity; `None` when released (or absent).
+    pub holder: Option<String>,
+    /// The pod the holder identity names.
+    pub holder_pod: Option<String>,
+    /// `leaseTransitions`: the term's epoch, the fencing token.
+    pub epoch: Option<u64>,
+    pub acquire_time: Option<String>,
+    pub renew_time: Option<String>,
+    /// How long ago `renewTime` was, on this machine's clock.
+    pub renewed_seconds_ago: Option<f64>,
+    pub lease_duration_seconds: Option<i64>,
+    /// Renewed within the lease duration: the holder's report is current.
+    pub renew_fresh: bool,
+    /// The holder's report (annotations), as written with its last renewal.
+    pub operators_running: Option<bool>,
+    pub consumer: Option<String>,
+    pub consumer_reason: Option<String>,
+    pub acquired_cause: Option<String>,
+    pub leaderless_seconds: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PodView {
+    pub name: String,
+    pub uid: Option<String>,
+    pub phase: Option<String>,
+    /// `leader`, `follower-ready`, `follower`, `not-contending`, `failing`, `starting`,
+    /// `terminating`, or `missing` (named by the Lease or its Events, but not found).
+    pub state: String,
+    /// Why, in words: the elector's last word on contending, container problems.
+    pub detail: Vec<String>,
+    pub deleting: bool,
+    pub containers: Vec<ContainerView>,
+    /// The pod's elector's last Event on the Lease.
+    pub last_event: Option<EventView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContainerView {
+    pub name: String,
+    /// `elector`, `app`, or `init`.
+    pub role: String,
+    pub ready: bool,
+    /// `running`, `waiting`, `terminated` or `unknown`.
+    pub state: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub restarts: i32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HandoverView {
+    pub time: Option<String>,
+    pub pod: Option<String>,
+    pub identity: Option<String>,
+    pub epoch: Option<u64>,
+    /// `released`, `expired`, `adopted` or `created`.
+    pub cause: Option<String>,
+    pub leaderless_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub time: Option<String>,
+    pub reason: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub pod: Option<String>,
+    pub message: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FenceView {
+    /// The policy's (and binding's) name: `passmower-elector-fence.NAMESPACE.SERVICEACCOUNT`.
+    pub name: String,
+    pub service_account: String,
+    /// `installed`, `missing`, or `not visible: why`.
+    pub policy: String,
+    pub binding: String,
+    /// `present` (the binding's parameter is this Lease, which exists), `missing`, `other
+    /// Lease NAME`, or `unknown`.
+    pub param: String,
+    /// Refusals the answering apiserver counted since it started; `None` when not visible.
+    pub refusals: Option<u64>,
+    pub refusals_note: String,
+}
+
+impl Report {
+    /// 0: a working leader; 1: none; 3: the Lease could not be read.
+    pub fn exit_code(&self) -> u8 {
+        if self.unknown {
+            super::UNKNOWN_EXIT_CODE
+        } else if self.healthy {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// When an Event happened: its `eventTime`, else its last or first timestamp, else creation.
+pub fn event_time(e: &Event) -> Option<Timestamp> {
+    e.event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {
+    (later.as_millisecond() - earlier.as_millisecond()) as f64 / 1000.0
+}
+
+/// Builds the report from what was read, at `now`.
+pub fn build(g: &Gathered, now: Timestamp) -> Report {
+    let mut unreadable = Vec::new();
+    let deployment = g.deployment.as_ref().map(|(name, read)| {
+        let found = read.as_ref().ok().and_then(Option::as_ref);
+        if let Err(e) = read {
+            unreadable.push(format!("Deployment {name}: {e}"));
+        }
+        deployment_view(name, found)
+    });
+    let (lease, unknown) = match &g.lease {
+        Ok(Some(l)) => (lease_view(g, l, now), false),
+        Ok(None) => (
+            LeaseView {
+                name: g.lease_name.clone(),
+                name_from: g.lease_name_from.to_owned(),
+                ..LeaseView::default()
+            },
+            false,
+        ),
+        Err(e) => {
+            unreadable.push(format!("Lease {}: {e}", g.lease_name));
+            (
+                LeaseView {
+                    name: g.lease_name.clone(),
+                    name_from: g.lease_name_from.to_owned(),
+                    ..LeaseView::default()
+                },
+                true,
+            )
+        }
+    };
+    let events: &[Event] = match &g.events {
+        Ok(events) => events,
+        Err(e) => {
+            unreadable.push(format!("Events on the Lease: {e}"));
+            &[]
+        }
+    };
+    let pods = match &g.pods {
+        Ok(pods) => pods.iter().map(|p| pod_view(p, &lease, events)).collect(),
+        Err(e) => {
+            unreadable.push(format!("pods: {e}"));
+            Vec::new()
+        }
+    };
+    let (healthy, verdict) = verdict(&lease, unknown, deployment.as_ref());
+    let handovers = events
+        .iter()
+        .rev()
+        .filter(|e| matches!(e.reason.as_deref(), Some("BecameLeader" | "Adopted")))
+        .take(HANDOVERS_SHOWN)
+        .map(handover_view)
+        .collect();
+    let recent = events
+        .iter()
+        .rev()
+        .take(EVENTS_SHOWN)
+        .map(event_view)
+        .collect();
+    let fence = fence_view(g, &lease);
+    Report {
+        namespace: g.namespace.clone(),
+        healthy,
+        verdict,
+        deployment,
+        lease,
+        pods,
+        handovers,
+        events: recent,
+        fence,
+        unreadable,
+        unknown,
+    }
+}
+
+fn deployment_view(name: &str, d: Option<&Deployment>) -> DeploymentView {
+    DeploymentView {
+        name: name.to_owned(),
+        found: d.is_some(),
+        replicas: d.and_then(|d| d.spec.as_ref()?.replicas),
+        ready_replicas: d.and_then(|d| d.status.as_ref()?.ready_replicas),
+    }
+}
+
+fn lease_view(
+    g: &Gathered,
+    l: &k8s_openapi::api::coordination::v1::Lease,
+    now: Timestamp,
+) -> LeaseView {
+    let spec = l.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.filter(|h| !h.is_empty());
+    let renew = spec.renew_time.as_ref().map(|t| t.0);
+    let renewed_ago = renew.map(|t| seconds_between(t, now));
+    let duration = spec.lease_duration_seconds.map(i64::from);
+    let renew_fresh = match (renewed_ago, duration) {
+        (Some(ago), Some(d)) => ago <= d as f64,
+        _ => false,
+    };
+    let report = holder_report::read(l);
+    LeaseView {
+        name: g.lease_name.clone(),
+        name_from: g.lease_name_from.to_owned(),
+        exists: true,
+        holder_pod: holder.as_deref().map(pod_of_identity),
+        holder,
+        epoch: spec.lease_transitions.map(|t| t.max(0) as u64),
+        acquire_time: spec.acquire_time.map(|t| t.0.to_string()),
+        renew_time: renew.map(|t| t.to_string()),
+        renewed_seconds_ago: renewed_ago,
+        lease_duration_seconds: duration,
+        renew_fresh,
+        operators_running: report.operators_running,
+        consumer: report.consumer,
+        consumer_reason: report.consumer_reason,
+        acquired_cause: report.acquired_cause,
+        leaderless_seconds: report.leaderless.map(|d| d.as_secs_f64()),
+    }
+}
+
+/// Healthy, and the verdict in words.
+fn verdict(
+    lease: &LeaseView,
+    unknown: bool,
+    deployment: Option<&DeploymentView>,
+) -> (bool, String) {
+    if unknown {
+        return (
+            false,
+            format!("cannot tell: the Lease {} could not be read", lease.name),
+        );
+    }
+    if let Some(d) = deployment.filter(|d| !d.found) {
+        if !lease.exists {
+            return (
+                false,
+                format!("no Deployment {} and no Lease {}", d.name, lease.name),
+            );
+        }
+    }
+    if !lease.exists {
+        return (
+            false,
+            format!(
+                "no leader: the Lease {} does not exist (a first leader takes it one lease \
+                 duration after the electors start)",
+                lease.name
+            ),
+        );
+    }
+    let Some(holder) = &lease.holder else {
+        return (false, "no leader: the Lease is released".to_owned());
+    };
+    let pod = lease.holder_pod.as_deref().unwrap_or(holder);
+    let epoch = lease.epoch.unwrap_or(0);
+    if !lease.renew_fresh {
+        let ago = lease
+            .renewed_seconds_ago
+            .map_or_else(|| "never".to_owned(), |s| format!("{s:.1}s ago"));
+        return (
+            false,
+            format!(
+                "no working leader: {pod} holds the Lease (epoch {epoch}) but last renewed it \
+                 {ago}, longer than its lease duration of {}s: another pod takes over once it \
+                 has waited that long",
+                lease.lease_duration_seconds.unwrap_or(0)
+            ),
+        );
+    }
+    match lease.operators_running {
+        Some(true) => (
+            true,
+            format!("a working leader: {pod} runs operators (epoch {epoch})"),
+        ),
+        Some(false) => {
+            (
+                false,
+                format!(
+                "no working leader: {pod} holds the Lease (epoch {epoch}) but its operators are \
+                 not running ({}: {})",
+                lease.consumer.as_deref().unwrap_or("unknown"),
+                lease.consumer_reason.as_deref().unwrap_or("no reason given")
+            ),
+            )
+        }
+        None => (
+            false,
+            format!(
+                "cannot tell whether operators run: {pod} holds the Lease (epoch {epoch}) but \
+                 its elector writes no report (an elector older than this status command?)"
+            ),
+        ),
+    }
+}
+
+/// The identity's pod incarnation: its name, and its UID when the identity carries one.
+fn identity_pod(identity: &str) -> (String, Option<String>) {
+    match HolderIdentity::parse(identity) {
+        Some(p) => (p.pod_name.to_owned(), Some(p.pod_uid.to_owned())),
+        None => (pod_of_identity(identity), None),
+    }
+}
+
+/// Whether the elector identity `identity` is of pod `name` (`uid`): a pod of the same name
+/// but another UID (a recreated one) is another pod.
+fn of_pod(identity: &str, name: &str, uid: Option<&str>) -> bool {
+    let (pod, pod_uid) = identity_pod(identity);
+    pod == name && (pod_uid.is_none() || uid.is_none() || pod_uid.as_deref() == uid)
+}
+
+fn pod_view(p: &Pod, lease: &LeaseView, events: &[Event]) -> PodView {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let uid = p.metadata.uid.clone();
+    let deleting = p.metadata.deletion_timestamp.is_some();
+    let status = p.status.clone().unwrap_or_default();
+    let containers: Vec<ContainerView> = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .map(|c| container_view(c, true))
+        .chain(
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| container_view(c, false)),
+        )
+        .collect();
+    let mine: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            e.reporting_instance
+                .as_deref()
+                .is_some_and(|i| of_pod(i, &name, uid.as_deref()))
+        })
+        .collect();
+    let last_event = mine.last().map(|e| event_view(e));
+    // The elector's last word on whether it contends.
+    let contention = mine
+        .iter()
+        .rev()
+        .find(|e| matches!(e.reason.as_deref(), Some("NotContending" | "FollowerReady")));
+    let problems: Vec<String> = containers
+        .iter()
+        .filter(|c| c.role != "init" || c.state == "waiting")
+        .filter_map(|c| match (c.state.as_str(), &c.reason) {
+            ("waiting", Some(r)) if !STARTING_REASONS.contains(&r.as_str()) => Some(format!(
+                "container {} is waiting: {r}{}",
+                c.name,
+                c.message
+                    .as_deref()
+                    .map(|m| format!(" ({})", shorten(m)))
+                    .unwrap_or_default()
+            )),
+            ("terminated", reason) if c.role != "init" => Some(format!(
+                "container {} has terminated{}",
+                c.name,
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )),
+            _ => None,
+        })
+        .collect();
+    let is_holder = lease
+        .holder
+        .as_deref()
+        .is_some_and(|h| of_pod(h, &name, uid.as_deref()));
+    let started = containers
+        .iter()
+        .filter(|c| c.role != "init")
+        .all(|c| c.state == "running")
+        && !containers.is_empty();
+    let mut detail = Vec::new();
+    let state = if is_holder {
+        detail.push(match (lease.renew_fresh, lease.operators_running) {
+            (true, Some(true)) => "holds the Lease and runs operators".to_owned(),
+            (false, _) => {
+                "holds the Lease but has not renewed it for the lease duration".to_owned()
+            }
+            (true, _) => format!(
+                "holds the Lease, operators not running: {}",
+                lease.consumer_reason.as_deref().unwrap_or("no report")
+            ),
+        });
+        "leader"
+    } else if deleting {
+        detail.push("the pod is being deleted: it does not take the Lease".to_owned());
+        "terminating"
+    } else if let Some(e) = contention.filter(|e| e.reason.as_deref() == Some("NotContending")) {
+        detail.push(e.message.clone().unwrap_or_default());
+        "not-contending"
+    } else if !problems.is_empty() {
+        "failing"
+    } else if contention.is_some() {
+        detail.push(
+            contention
+                .and_then(|e| e.message.clone())
+                .unwrap_or_default(),
+        );
+        "follower-ready"
+    } else if !started {
+        detail.push("containers are starting".to_owned());
+        "starting"
+    } else {
+        detail.push(
+            "no word from its elector in the Events kept (they expire after an hour)".to_owned(),
+        );
+        "follower"
+    };
+    detail.extend(problems);
+    PodView {
+        name,
+        uid,
+        phase: status.phase,
+        state: state.to_owned(),
+        detail,
+        deleting,
+        containers,
+        last_event,
+    }
+}
+
+fn container_view(c: &ContainerStatus, init: bool) -> ContainerView {
+    let role = if c.name == ELECTOR_CONTAINER {
+        "elector"
+    } else if init || c.name == INSTALL_CONTAINER {
+        "init"
+    } else {
+        "app"
+    };
+    let state = c.state.clone().unwrap_or_default();
+    let (name, reason, message) = if state.running.is_some() {
+        ("running", None, None)
+    } else if let Some(w) = state.waiting {
+        ("waiting", w.reason, w.message)
+    } else if let Some(t) = state.terminated {
+        (
+            "terminated",
+            t.reason.or(Some(format!("exit code {}", t.exit_code))),
+            t.message,
+        )
+    } else {
+        ("unknown", None, None)
+    };
+    ContainerView {
+        name: c.name.clone(),
+        role: role.to_owned(),
+        ready: c.ready,
+        state: name.to_owned(),
+        reason,
+        message,
+        restarts: c.restart_count,
+    }
+}
+
+fn shorten(text: &str) -> String {
+    const MAX: usize = 160;
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() > MAX {
+        let cut: String = line.chars().take(MAX).collect();
+        format!("{cut}…")
+    } else {
+        line.to_owned()
+    }
+}
+
+fn annotation<'a>(e: &'a Event, key: &str) -> Option<&'a str> {
+    e.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn handover_view(e: &Event) -> HandoverView {
+    HandoverView {
+        time: event_time(e).map(|t| t.to_string()),
+        pod: e.reporting_instance.as_deref().map(pod_of_identity),
+        identity: e.reporting_instance.clone(),
+        epoch: annotation(e, EPOCH_ANNOTATION).and_then(|v| v.parse().ok()),
+        cause: annotation(e, CAUSE_ANNOTATION).map(str::to_owned),
+        leaderless_seconds: annotation(e, LEADERLESS_ANNOTATION)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|ms| ms as f64 / 1000.0),
+    }
+}
+
+fn event_view(e: &Event) -> EventView {
+    EventView {
+        time: event_time(e).map(|t| t.to_string()),
+        reason: e.reason.clone().unwrap_or_default(),
+        kind: e.type_.clone().unwrap_or_else(|| "Normal".to_owned()),
+        pod: e.reporting_instance.as_deref().map(pod_of_identity),
+        message: e.message.clone().unwrap_or_default(),
+    }
+}
+
+fn fence_view(g: &Gathered, lease: &LeaseView) -> FenceView {
+    let f = &g.fence;
+    let state = |read: Result<bool, &String>| match read {
+        Ok(true) => "installed".to_owned(),
+        Ok(false) => "missing".to_owned(),
+        Err(e) => format!("not visible: {e}"),
+    };
+    let policy = state(f.policy.as_ref().map(Option::is_some));
+    let binding = state(f.binding.as_ref().map(Option::is_some));
+    let param = match &f.binding {
+        Ok(Some(b)) => {
+            let named = b
+                .spec
+                .as_ref()
+                .and_then(|s| s.param_ref.as_ref())
+                .and_then(|p| p.name.clone());
+            match named {
+                Some(n) if n == lease.name && lease.exists => "present".to_owned(),
+                Some(n) if n == lease.name => "missing".to_owned(),
+                Some(n) => format!("other Lease {n}"),
+                None => "unknown".to_owned(),
+            }
+        }
+        _ => "unknown".to_owned(),
+    };
+    let (refusals, refusals_note) = match &f.refusals {
+        Ok(n) => (
+            Some(*n),
+            "denials counted by the apiserver that answered, since it started".to_owned(),
+        ),
+        Err(e) => (None, format!("not visible (the apiserver's /metrics: {e})")),
+    };
+    FenceView {
+        name: f.name.clone(),
+        service_account: f.service_account.clone(),
+        policy,
+        binding,
+        param,
+        refusals,
+        refusals_note,
+    }
+}
+
+#[cfg(test)]
+mod tests;
