@@ -8,8 +8,14 @@
 #   scripts/bench.sh
 #   PME_BENCH_HANDOVER_ROUNDS=5 PME_BENCH_CRASH_ROUNDS=1 PME_BENCH_ONLY=ours,cgo \
 #     PME_BENCH_OUT=/tmp/bench scripts/bench.sh     # a quick look, not for the docs
+#   PME_PASSMOWER_GENERATIONS="1.3 2.2 2.4" scripts/bench.sh   # the real Passmower instead
+#
+# With PME_PASSMOWER_GENERATIONS set (generations as scripts/real-pods.sh names them) it runs
+# the processes-as-pods handover on the real Passmower of each generation instead
+# (scripts/bench-generations.sh, docs/results/generations.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+[[ -z "${PME_PASSMOWER_GENERATIONS:-}" ]] || exec scripts/bench-generations.sh
 
 if [[ -z "${PME_CONTROL_PLANE:-}" ]]; then
   PME_CONTROL_PLANE="$(scripts/build-test-cluster.sh | tail -n 1)"

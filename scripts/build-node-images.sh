@@ -21,6 +21,10 @@
 #   the oidc-keys Secret themselves).
 # - No frontend/ or styles/ bundles: the public source has none; the OIDC endpoints and the
 #   operators do not need them.
+# - libfaketime (Debian's package, in the root filesystem), for the real-pod fault clock-skew:
+#   a test preloads it into one pod's app to put that pod's wall clock ahead. Nothing loads it
+#   unless the test sets LD_PRELOAD (tests/support_node/faketime.rs); this image is the test
+#   bed's Passmower, never a product image.
 # The upstream source is read from PME_UPSTREAM (default: ../shared/upstream/passmower beside
 # the repository) and never copied into the repository. Any generation under ../shared/upstream/
 # builds: 1.3.0 (passmower/), the 2.2 era (passmower-before-election/), 2.4
@@ -108,13 +112,15 @@ fi
 if [[ -z "$mirror" ]]; then
   mirror="$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
 fi
-rootfs="$CACHE/rootfs-debian-$SUITE-minbase"
+# Packages besides minbase (part of the cache key): see the header.
+ROOTFS_PACKAGES="libfaketime"
+rootfs="$CACHE/rootfs-debian-$SUITE-minbase-${ROOTFS_PACKAGES//,/-}"
 if [[ ! -f "$rootfs.complete" ]]; then
   [[ -n "$mirror" ]] || die "no Debian mirror found in /etc/apt (set DEBIAN_MIRROR)"
   [[ $(id -u) -eq 0 ]] || die "debootstrap needs root"
-  log "debootstrap --variant=minbase $SUITE from $mirror (a minute or two)"
+  log "debootstrap --variant=minbase --include=$ROOTFS_PACKAGES $SUITE from $mirror (a minute or two)"
   rm -rf "$rootfs" "$rootfs.tmp" "$rootfs.complete"
-  debootstrap --variant=minbase "$SUITE" "$rootfs.tmp" "$mirror" >"$work/debootstrap.log" 2>&1 \
+  debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" "$SUITE" "$rootfs.tmp" "$mirror" >"$work/debootstrap.log" 2>&1 \
     || { tail -n 30 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
   # What a container runtime provides or an image does not need: device nodes, apt's package
   # lists and caches, documentation.

@@ -19,7 +19,14 @@ Per mode it measures:
 and asserts the safety properties: never two pods with a leader app (sampled /mode), no
 Kubernetes write by an app outside its pod's leader time (audit log).
 
-Usage: scripts/handover-bench.py [--modes restart,leader-instance] [--handovers 3]
+The Passmower generation is PME_PASSMOWER_GENERATION (1.3, 2.2 or 2.4, as scripts/real-pods.sh
+names them; default 1.3), its tree PME_UPSTREAM (scripts/lib/generations.sh) and its
+npm-installed copy PME_PASSMOWER_APP (scripts/build-passmower-app.sh, run here when unset);
+each generation gets the environment it needs to boot under our election (from 2.2:
+OUTBOUND_EMAIL_ENABLED=false; 2.4: LEADER_ELECTION_ENABLED=false, as inject sets, and POD_NAME).
+scripts/bench-generations.sh runs it for each generation.
+
+Usage: scripts/handover-bench.py [--modes restart,leader-instance] [--handovers 3] [--no-rollout]
 Needs root (namespaces), node, redis-server, redis-cli, kubectl, openssl, and the control plane
 from scripts/build-test-cluster.sh. Bounded: every wait has a limit; the whole run stops itself.
 """
@@ -27,7 +34,6 @@ from scripts/build-test-cluster.sh. Bounded: every wait has a limit; the whole r
 import argparse
 import base64
 import ctypes
-import glob
 import json
 import os
 import secrets
@@ -43,9 +49,19 @@ import time
 import http.client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UPSTREAM = os.path.join(os.path.dirname(ROOT), "shared", "upstream", "passmower")
-if not os.path.isdir(UPSTREAM):
-    UPSTREAM = "/work/shared/upstream/passmower"
+GENERATION = os.environ.get("PME_PASSMOWER_GENERATION") or "1.3"
+# What each generation needs besides 1.3.0's environment to boot as a follower under our
+# election (tests/support_node/passmower.rs says the same for the real-pod tests).
+GENERATION_ENV = {
+    "1.3": {},
+    "2.2": {"OUTBOUND_EMAIL_ENABLED": "false"},
+    "2.4": {"OUTBOUND_EMAIL_ENABLED": "false", "LEADER_ELECTION_ENABLED": "false"},
+}
+if GENERATION not in GENERATION_ENV:
+    sys.exit(f"handover-bench.py: PME_PASSMOWER_GENERATION={GENERATION!r}: allowed values are "
+             f"{', '.join(GENERATION_ENV)}")
+UPSTREAM = os.environ.get("PME_UPSTREAM") or os.path.join(
+    os.path.dirname(ROOT), "shared", "upstream", "passmower")
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 NS = "pm"
 ISSUER = "https://passmower.example.com/"
@@ -305,27 +321,20 @@ class Redis:
 
 
 def app_dir(work):
-    """A copy of upstream's src with its production node_modules (cached, never in the repo)."""
-    cached = sorted(glob.glob(os.path.expanduser(
-        "~/.cache/passmower-elector/node-images/passmower-modules-*/node_modules")))
-    own = os.path.expanduser("~/.cache/passmower-elector/handover-bench/modules")
+    """The generation's src with its production node_modules: PME_PASSMOWER_APP, else what
+    scripts/build-passmower-app.sh makes of PME_UPSTREAM (cached, never in the repo), copied
+    into the run's work dir (the app reads its files from its working directory)."""
+    made = os.environ.get("PME_PASSMOWER_APP")
+    if not made:
+        out = subprocess.run([os.path.join(ROOT, "scripts/build-passmower-app.sh")],
+                             env=dict(os.environ, PME_UPSTREAM=UPSTREAM), check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        made = out.strip().splitlines()[-1]
     d = os.path.join(work, "app")
     os.makedirs(d)
-    shutil.copytree(os.path.join(UPSTREAM, "src"), os.path.join(d, "src"))
-    pkg = json.load(open(os.path.join(UPSTREAM, "package.json")))
-    pkg.get("dependencies", {}).pop("@codemowers/oidc-key-manager", None)
-    if cached:
-        modules = cached[-1]
-    else:
-        modules = os.path.join(own, "node_modules")
-        if not os.path.isdir(modules):
-            os.makedirs(own, exist_ok=True)
-            json.dump(pkg, open(os.path.join(own, "package.json"), "w"))
-            log("npm install --omit=dev (once, cached)")
-            subprocess.run(["npm", "install", "--omit=dev", "--no-audit", "--no-fund"], cwd=own,
-                           check=True)
-    json.dump(pkg, open(os.path.join(d, "package.json"), "w"))
-    os.symlink(modules, os.path.join(d, "node_modules"))
+    shutil.copytree(os.path.join(made, "src"), os.path.join(d, "src"))
+    shutil.copy(os.path.join(made, "package.json"), os.path.join(d, "package.json"))
+    os.symlink(os.path.join(made, "node_modules"), os.path.join(d, "node_modules"))
     return d
 
 
@@ -369,6 +378,7 @@ class Pod:
             mode_flags = ["--on-change=leader-instance", "--leader-port-map=*=0"]
         app_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
         app_env.update(bench.app_env)
+        app_env["POD_NAME"] = self.name
         self.supervise = spawn(enter + [binary, "supervise", "--flag-file",
                                         f"{self.dir}/grant/grant.json", "--listen", "127.0.0.1:8082",
                                         "--kill-grace", "3s", "--leader-env", "NAMESPACE_SELECTOR=*",
@@ -527,6 +537,7 @@ class Bench:
             "OIDC_COOKIE_KEYS": json.dumps([secrets.token_hex(32), secrets.token_hex(32)]),
             "GROUP_PREFIX": "passmower", "ADMIN_GROUP": "admins",
             "ENROLL_USERS": "false", "ELECTOR_LOG_FORMAT": "text",
+            **GENERATION_ENV[GENERATION],
         }
         self.service = Service(self)
         self.clients = 0
@@ -597,13 +608,23 @@ class Bench:
         self.create_client(name)
         self.wait(f"{name} reconciled", lambda: self.reconciled(name), 60)
         gap = time.time() - t0
+        # The first sample after the stop with a leader app running in another pod.
+        leader_app = next((t - t0 for t, pod, leading, _ in sorted(list(self.samples), key=lambda x: x[0])
+                           if t >= t0 and leading and pod != leader.name), None)
         new = self.leader_pod()
+        # How the old leader app ended: its supervisor's last "child stopped ... exit=..." line
+        # (SIGTERM honoured, or SIGKILL once the kill grace ran out).
+        ended = None
+        for line in open(os.path.join(leader.dir, "app.log"), errors="replace"):
+            if "child stopped" in line and "exit=" in line:
+                ended = line.split("exit=", 1)[1].strip()
         leader.start_elector()
         time.sleep(12)  # the restarted pods' boot and readiness settle inside the window
         sets, sadds, _ = self.redis.self_client_writes(mon0)
         lost = {p.name: (len(p.failures) - before[p.name][0], p.requests - before[p.name][1])
                 for p in self.pods}
         return {"from": leader.name, "to": new.name if new else None, "gap_s": gap,
+                "leader_app_s": leader_app, "old_leader_app_ended": ended,
                 "failed": lost, "self_client_sets": sets, "self_client_sadds": sadds}
 
     def rollout(self):
@@ -668,10 +689,16 @@ class Bench:
                     return int(line.split()[1]) / 1024
             return 0.0
 
-        c0 = {k: cpu(p) for k, p in pids.items() if p}
+        c0 = {k: cpu(p) for k, p in pids.items() if p and os.path.exists(f"/proc/{p}")}
         time.sleep(20)
-        return {k: {"rss_mib": round(rss(p), 1), "cpu_pct_idle": round((cpu(p) - c0[k]) / 20 * 100, 2)}
-                for k, p in pids.items() if p}
+        out = {}
+        for k, p in pids.items():
+            try:
+                out[k] = {"rss_mib": round(rss(p), 1), "cpu_pct_idle": round((cpu(p) - c0[k]) / 20 * 100, 2)}
+            except (KeyError, OSError):
+                # The process was replaced meanwhile (a handover): no figure rather than a wrong one.
+                out[k] = None
+        return out
 
     def safety(self):
         """Never two pods with a leader app; no app write outside its pod's leader time."""
@@ -718,7 +745,7 @@ def _ts(text):
 def run_mode(args, mode):
     work = tempfile.mkdtemp(prefix=f"pme-handover-{mode}-")
     log(f"=== mode {mode} (work dir {work})")
-    out = {"mode": mode}
+    out = {"mode": mode, "generation": GENERATION, "upstream": os.path.realpath(UPSTREAM)}
     bench = None
     try:
         bench = Bench(args, mode, work)
@@ -733,6 +760,10 @@ def run_mode(args, mode):
         if mode == "leader-instance" or args.resources_all:
             out["resources"] = bench.resources()
             log(f"resources: {out['resources']}")
+        if args.no_rollout:
+            out["safety"] = bench.safety()
+            log(f"safety: {out['safety']}")
+            return out
         r = bench.rollout()
         log(f"rollout: requests {r['requests']}, failed {len(r['failed'])} {r['failed'][:5]}, "
             f"gaps {['%.2f' % g for g in r['gaps_s']]}, self-client sets {r['self_client_sets']}")
@@ -759,6 +790,7 @@ def main():
     ap.add_argument("--handovers", type=int, default=3)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/passmower-elector"))
     ap.add_argument("--resources-all", action="store_true")
+    ap.add_argument("--no-rollout", action="store_true", help="handovers only, no rolling update")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     created_sa = not os.path.exists(SA_DIR)

@@ -43,16 +43,13 @@ else
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
 status=0
-read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
-[[ ${#generations[@]} -eq 1 ]] && IFS=, read -r -a generations <<<"${generations[0]}"
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
+generations_text="$(generation_list "${PME_PASSMOWER_GENERATIONS:-}" "real-pods.sh: PME_PASSMOWER_GENERATIONS")" || exit 2
+mapfile -t generations <<<"$generations_text"
 for gen in "${generations[@]}"; do
-  case "$gen" in
-    1.3) tree=passmower ;;
-    2.2) tree=passmower-before-election ;;
-    2.4) tree=passmower-with-election ;;
-    *) echo "real-pods.sh: PME_PASSMOWER_GENERATIONS: unknown generation '$gen' (allowed: 1.3 2.2 2.4)" >&2; exit 2 ;;
-  esac
-  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$PWD/../shared/upstream/$tree"
+  PME_UPSTREAM="$(generation_upstream "$gen")"
+  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM
   PME_NODE_IMAGES="$(last scripts/build-node-images.sh)"
   export PME_NODE_IMAGES
   echo "=== Passmower $gen ($PME_UPSTREAM) ===" | tee -a "$PME_REAL_PODS_REPORT"

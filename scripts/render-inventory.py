@@ -13,11 +13,17 @@ import sys
 
 runs, upstream, out = sys.argv[1:4]
 
-GENERATIONS = [
-    ("1.3", "passmower", "release 1.3.0"),
-    ("2.2", "passmower-before-election", "2.2/2.3 era (no election of its own)"),
-    ("2.4", "passmower-with-election", "2.4.0 (elects itself, Lease `passmower-operators`)"),
-]
+# Each generation's tree comes from scripts/lib/generations.sh, through write-inventory.sh
+# (INV_TREES: "1.3=passmower 2.2=..."); what it is, from here.
+TREES = dict(pair.split("=", 1) for pair in os.environ.get("INV_TREES", "").split())
+WHAT = {
+    "1.3": "release 1.3.0",
+    "2.2": "2.2/2.3 era (no election of its own)",
+    "2.4": "2.4.0 (elects itself, Lease `passmower-operators`)",
+}
+if not TREES:
+    sys.exit("render-inventory.py: INV_TREES is not set (run scripts/write-inventory.sh)")
+GENERATIONS = [(gen, TREES[gen], WHAT.get(gen, gen)) for gen in TREES]
 
 
 def identity(folder):
@@ -74,11 +80,15 @@ RULES = [
      "from running it",
      "none seen: it is written once per Redis, and what a follower seeds is what the "
      "leader would (the same list, by pod namespace, and the same generations)"),
+    ("redis", r".*", r"oidc:(SessionMetadata|SiteSession|AccountSiteSession|UidSessions):.*",
+     "request-driven", "Passmower's session bookkeeping of a sign-in (`session-service.js`, "
+     "`site-session.js`: session metadata, site sessions, the sessions of an interaction)",
+     "-", "-"),
     ("redis", r".*", r"oidc:HealthCheck:.*",
      "request-driven", "the liveness probe (`/health` on port 9090) writes and expires a key",
      "-", "-"),
     ("redis", r".*",
-     r"oidc:(Interaction|Session|Grant|AuthorizationCode|AccessToken|RefreshToken|"
+     r"oidc:(Interaction|Session|AccountSession|Grant|AuthorizationCode|AccessToken|RefreshToken|"
      r"ReplayDetection|PushedAuthorizationRequest|uid|grant|sessionUid|ClientCredentials|"
      r"DeviceCode|BackchannelAuthenticationRequest|RegistrationAccessToken):.*",
      "request-driven", "oidc-provider state of an HTTP request (login, tokens)", "-", "-"),
@@ -95,7 +105,14 @@ SOURCE_NOTES = {
            "`oidcusers/status` and `oidcclients/status` for sign-ins it served: "
            "`ACTIVITY_TRACKING_ENABLED=false` stops it, and those sign-ins then never reach "
            "the status (the flush merges by newest timestamp, so keeping it per pod is the "
-           "alternative). This tree's user-event-hook operator keeps its state in memory and "
+           "alternative). In the leader's pod the leader instance serves no request, so it "
+           "would record nothing, and its flush cannot overwrite what the serving instances "
+           "recorded: it reads, modifies and writes (`mutateNamespacedCustomObjectStatus`), "
+           "keeps the newer `lastUsedAt` and merges `recentApplications` by newest timestamp, "
+           "and with nothing recorded only recomputes the client's Active condition from the "
+           "`lastUsedAt` already there. Nothing in this tree calls `record()` (the login services "
+           "and `interactionFinished` paths do not), so a completed sign-in changes nothing "
+           "there either (the run above shows it). This tree's user-event-hook operator keeps its state in memory and "
            "watches through the selector (no seeding); the SCIM operator and the user "
            "operator's email-uniqueness pass run only on events of their filtered watches; "
            "`ClientRedisReconciler` runs on every instance (at boot and every 5 min, "
@@ -106,6 +123,76 @@ SOURCE_NOTES = {
            "seeding above; the activity tracker starts in every instance whatever the "
            "election.",
 }
+
+
+# Why a tree's e-mail sign-in cannot complete, from its source, by generation (none known).
+SIGN_IN_LIMITS = {}
+
+
+def sign_in_section(gen, data):
+    """The sign-in on a follower: steps, result, and what the pod wrote meanwhile."""
+    s = data.get("sign_in")
+    if not s:
+        return ["### A sign-in on a follower", "", "Not run.", ""]
+    o = s["outcome"]
+    done = o.get("token_status") == 200 and o.get("userinfo_status") == 200
+    out = ["### A sign-in on a follower", "",
+           f"On `{s['pod']}` (not the Lease holder before or after): "
+           + ("**signed in**: a code, then tokens (" + ", ".join(o.get("tokens", [])) + ") and "
+              "userinfo (claims " + ", ".join(f"`{c}`" for c in o.get("userinfo_claims", []))
+              + ")." if done else f"**did not complete**: {o.get('stopped')}."), "",
+           "Steps: " + "; ".join(f"`{st}`" for st in o.get("steps", [])) + ".", ""]
+    steps = o.get("steps", [])
+    if not done and len(steps) >= 3 and steps[-1] == steps[-2] and steps[-1].startswith("POST"):
+        out += ["The page answered its form with the same form again: it refused a value the "
+                "test sent, so this is the test's input, not a limit of the tree (the other "
+                "generations' runs pass the same prompt).", ""]
+    if gen in SIGN_IN_LIMITS:
+        out += [SIGN_IN_LIMITS[gen], ""]
+    writes = s.get("apiserver_writes", [])
+    out.append("The pod's apiserver writes meanwhile (besides its elector's Lease): "
+               + (", ".join(f"`{w}`" for w in writes) if writes else "none")
+               + "; refused: " + (", ".join(f"`{w}`" for w in s.get("refused", [])) or "**none**")
+               + ".")
+    redis = data.get("sign_in_redis_writes", {})
+    out += ["", "Its Redis writes meanwhile: "
+            + (", ".join(f"`{k}` ×{n}" for k, n in redis.items()) if redis else "none") + ".", ""]
+    act = data.get("activity_after_sign_in")
+    if act is not None and gen != "1.3":  # 1.3.0 has no activity tracker
+        out += [f"A minute of 5 s activity flushes after it: the OIDCClient's `status.lastUsedAt` "
+                f"is {json.dumps(act.get('client_last_used_at')) if act.get('client_last_used_at') else 'unset'}, "
+                f"the OIDCUser's `status.recentApplications` "
+                f"{json.dumps(act.get('user_recent_applications')) if act.get('user_recent_applications') else 'empty'}.", ""]
+    return out
+
+
+# A write the sign-in's pod made while it served the sign-in (from the test's record of that
+# window): the HTTP side's, whatever the general rule for its target says.
+SIGN_IN_CLASS = ["request-driven",
+                 "the sign-in this pod served: the login path (`Account.createOrUpdateByEmails` → "
+                 "`KubeOIDCUserService.updateUserSpecs`) patches the OIDCUser and replaces its "
+                 "status, on whichever replica serves it; the write fence leaves both alone",
+                 "-", "-"]
+
+
+def split_sign_in(data, rows):
+    """Splits each follower apiserver row into the writes the sign-in's pod made during the
+    sign-in (`sign_in: True`) and the rest, by the test's list of that pod's writes then."""
+    made = {}
+    for w in (data.get("sign_in") or {}).get("apiserver_writes", []):
+        parts = w.split()
+        if len(parts) >= 2 and parts[-1].isdigit() and parts[-1].startswith("2"):
+            made[(parts[0], parts[1])] = made.get((parts[0], parts[1]), 0) + 1
+    out = []
+    for r in rows:
+        target = r["target"].split("/", 1)[-1]
+        n = made.get((r["op"], target), 0) if r["source"] == "apiserver" else 0
+        n = min(n, r["count"])
+        if n:
+            out.append({**r, "count": n, "op": r["op"] + " (during the sign-in)", "sign_in": True})
+        if r["count"] - n:
+            out.append({**r, "count": r["count"] - n})
+    return out
 
 
 def classify(row):
@@ -136,11 +223,14 @@ inv = ["# Follower write inventory, per Passmower generation", "", header,
        "`ACTIVITY_FLUSH_INTERVAL_SECONDS=5`, an OIDCClient and an OIDCUser in the namespace, a "
        "rollout restart so every pod boots with them present, then on every pod three rounds of "
        "discovery, the authorization request (a login starts) and the login page it redirects "
-       "to, and a minute of quiet. A write is a follower's when its pod (by source address in "
-       "the audit log, by client address in Redis `MONITOR`) did not hold the Lease at that "
-       "instant. No sign-in is completed: the trees' logins need e-mail, GitHub or another "
-       "upstream identity provider, none of which is here, and the reconstructed newer trees "
-       "record no sign-in activity anyway (../shared/upstream/README.md).", "",
+       "to, then a whole sign-in on a follower, and a minute of quiet. The sign-in is the e-mail "
+       "(magic link) login: e-mail login and outbound mail on (`EMAIL_*` below), the mail "
+       "caught by an SMTP sink the test runs on the node's bridge address "
+       "(tests/support_node/smtp.rs), its link opened in the same browser, the prompts that "
+       "follow answered, the code exchanged at `/token` and `/me` asked "
+       "(tests/support_node/email_login.rs), with the write fence `inject` installs in place. "
+       "A write is a follower's when its pod (by source address in the audit log, by client "
+       "address in Redis `MONITOR`) did not hold the Lease at that instant.", "",
        "Classes: **operator work** must come only from the leader; **request-driven** any pod "
        "may make while serving; **boot** is a record every replica writes when it starts; **elector** is "
        "ours, not Passmower's.", ""]
@@ -157,8 +247,11 @@ for gen, folder, what in GENERATIONS:
         compat.append(f"| {gen} | `{folder}` | not shown | - | - | {reason.splitlines()[0]} |")
         continue
     env = data["required_env"]
+    # The test's own values win over the generation's (outbound e-mail on, for the sign-in).
+    overridden = {e.split("=", 1)[0] for e in data["extra_env"]}
     inv.append("App environment the test adds besides the chart: "
-               + ", ".join(f"`{e}`" for e in env + data["extra_env"]) + ".")
+               + ", ".join(f"`{e}`" for e in [e for e in env if e.split("=", 1)[0] not in overridden]
+                           + data["extra_env"]) + ".")
     inv.append("")
     http = "; ".join(f"{h['pod']}: discovery {h['discovery']}, /auth {h['authorize']}"
                      f" (to `{(h.get('authorize_location') or '-').split('?')[0]}`), "
@@ -167,13 +260,13 @@ for gen, folder, what in GENERATIONS:
             f"Observed {data['observed_seconds']:.0f} s, {data['tenures']} tenure(s); the "
             f"OIDCClient was reconciled and no operator write came from a non-leader "
             f"(tests/support_node/single_writer.rs).", ""]
-    follower = [r for r in data["writes"] if r["role"] == "follower"]
+    follower = split_sign_in(data, [r for r in data["writes"] if r["role"] == "follower"])
     inv += ["### Follower writes", "",
             "| source | write | target | count | class | made by | knob that stops it | cost |",
             "|---|---|---|---|---|---|---|---|"]
     op_work = []
     for r in follower:
-        cls, who, knob, cost = classify(r)
+        cls, who, knob, cost = SIGN_IN_CLASS if r.get("sign_in") else classify(r)
         if cls == "operator work":
             op_work.append(f"{r['op']} {r['target']}")
         inv.append(f"| {r['source']} | {r['op']} | `{r['target']}` | {r['count']} | {cls} | "
@@ -185,6 +278,7 @@ for gen, folder, what in GENERATIONS:
     inv += ["### The leader's pod, for contrast", "",
             ", ".join(f"{r['source']} {r['op']} `{r['target']}` ×{r['count']}" for r in leader)
             or "none", ""]
+    inv += sign_in_section(gen, data)
     inv += [f"From the source, not seen in the run: {SOURCE_NOTES[gen]}", ""]
     inv += ["Operator-work writes by followers: "
             + ("**" + "; ".join(op_work) + "**" if op_work else "**none**") + ".", ""]
@@ -193,9 +287,13 @@ for gen, folder, what in GENERATIONS:
                      if not e.startswith(("POD_NAME", "LEADER_ELECTION_ENABLED"))) or "nothing"
     if gen == "2.4":
         mode += "; 2.4's own election off (inject sets `LEADER_ELECTION_ENABLED=false`)"
+    signed = data.get("sign_in", {}).get("outcome", {})
     shown = ("installed, 3 Ready, client reconciled by the leader only, "
              + (f"{len(op_work)} kind(s) of operator-work write from followers" if op_work
-                else "no operator-work write from followers"))
+                else "no operator-work write from followers")
+             + ("; a sign-in on a follower completed (tokens, userinfo), no write refused"
+                if signed.get("token_status") == 200 and signed.get("userinfo_status") == 200
+                else f"; a sign-in on a follower did not complete ({signed.get('stopped', 'not run')})"))
     compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {shown} |")
 
 compat += ["", "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "

@@ -10,6 +10,8 @@
 # npm-installed Passmower tree (scripts/build-passmower-app.sh makes and caches one).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
 
 if [[ -z "${PME_CONTROL_PLANE:-}" ]]; then
   # The script logs to stderr and prints the binaries' directory as its last stdout line.
@@ -30,7 +32,7 @@ fi
 export PME_PASSMOWER_APP
 # Passmower 2.4 (its own leader election), for tests/native_election.rs.
 if [[ -z "${PME_PASSMOWER_APP_24:-}" ]]; then
-  PME_PASSMOWER_APP_24="$(PME_UPSTREAM="$PWD/../shared/upstream/passmower-with-election" \
+  PME_PASSMOWER_APP_24="$(PME_UPSTREAM="$(generation_upstream 2.4)" \
     scripts/build-passmower-app.sh | tail -n 1)"
 fi
 export PME_PASSMOWER_APP_24

@@ -24,16 +24,13 @@ mkdir -p "$target/write-inventory" docs/results
 runs="$(cd "$target/write-inventory" && pwd)"
 export PME_REAL_PODS_REPORT="$runs/report.txt"
 
-read -r -a generations <<<"${PME_PASSMOWER_GENERATIONS:-1.3 2.2 2.4}"
-[[ ${#generations[@]} -eq 1 ]] && IFS=, read -r -a generations <<<"${generations[0]}"
+# shellcheck source=scripts/lib/generations.sh
+. scripts/lib/generations.sh
+generations_text="$(generation_list "${PME_PASSMOWER_GENERATIONS:-}" "write-inventory.sh: PME_PASSMOWER_GENERATIONS")" || exit 2
+mapfile -t generations <<<"$generations_text"
 for gen in "${generations[@]}"; do
-  case "$gen" in
-    1.3) tree=passmower ;;
-    2.2) tree=passmower-before-election ;;
-    2.4) tree=passmower-with-election ;;
-    *) echo "write-inventory.sh: PME_PASSMOWER_GENERATIONS: unknown generation '$gen' (allowed: 1.3 2.2 2.4)" >&2; exit 2 ;;
-  esac
-  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$PWD/../shared/upstream/$tree"
+  PME_UPSTREAM="$(generation_upstream "$gen")"
+  export PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM
   rm -f "$runs/inventory-$gen.json" "$runs/failed-$gen.txt"
   t0=$SECONDS
   if ! PME_NODE_IMAGES="$(last scripts/build-node-images.sh 2>"$runs/images-$gen.log")"; then
@@ -53,5 +50,7 @@ done
 export INV_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
 export INV_MACHINE="$(uname -srm), $(nproc) cores, Node.js $(node --version)"
 export INV_REV="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+INV_TREES="$(for g in $PME_ALL_GENERATIONS; do printf '%s=%s ' "$g" "$(generation_tree "$g")"; done)"
+export INV_TREES
 python3 scripts/render-inventory.py "$runs" ../shared/upstream docs/results
 echo "wrote docs/results/write-inventory.md and docs/results/compatibility.md"

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 
 use support_node::audit::{self, now_us};
-use support_node::passmower::{self, ElectionMode, Install, APP_CONTAINER};
+use support_node::faketime;
+use support_node::passmower::{self, ElectionMode, Install, Retrofit, APP_CONTAINER};
 use support_node::single_writer::{
     app_processes, assert_one_operator, assert_single_writer, leader_instance_mode,
 };
@@ -37,7 +38,16 @@ async fn install(node: &Node) -> Install {
         return i.clone();
     }
     let t0 = Instant::now();
-    let i = Install::install(node, "passmower", 3, 1).await;
+    // The clock-skew fault needs libfaketime preloaded into every app (idle until the test
+    // writes one pod's offset file); the install has it only when that fault is selected.
+    let (env, stages) = if faults(ElectionMode::from_env()).contains(&Fault::ClockSkew) {
+        (&faketime::ENV[..], &[faketime::STAGE][..])
+    } else {
+        (&[][..], &[][..])
+    };
+    let ns = node.new_namespace("passmower").await;
+    let i =
+        Install::install_with_stages(node, &ns, 3, 1, Retrofit::PostRenderer, env, stages).await;
     report(&format!(
         "install: election {} (Lease {}); node started in {:.1}s; helm install with inject to 3 Ready replicas and a leader in {:.1}s",
         i.election.name(),
@@ -269,10 +279,18 @@ enum Fault {
     /// The same cut, but what the pod sends is dropped: every request of the leader hangs (a
     /// renew that never fails, only times out), and is retransmitted once the cut heals.
     RenewHang,
+    /// One follower's app container's wall clock put [`CLOCK_SKEW`] ahead (libfaketime, see
+    /// `support_node::faketime`) for the lease duration + 10 s, the others' and everything
+    /// else's right; then back. An election that judges expiry by its own wall clock against
+    /// the holder's `renewTime` takes the Lease from a live leader; ours never compares clocks.
+    ClockSkew,
 }
 
+/// How far ahead the clock-skew fault puts one app's clock: more than the lease duration.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
 impl Fault {
-    const ALL: [Fault; 10] = [
+    const ALL: [Fault; 11] = [
         Fault::RolloutRestart,
         Fault::ScaleDown,
         Fault::DrainingSuccessor,
@@ -283,6 +301,7 @@ impl Fault {
         Fault::ApiserverRestart,
         Fault::Partition,
         Fault::RenewHang,
+        Fault::ClockSkew,
     ];
 
     fn name(self) -> &'static str {
@@ -297,6 +316,7 @@ impl Fault {
             Fault::DrainingSuccessor => "draining-successor",
             Fault::Partition => "partition",
             Fault::RenewHang => "renew-hang",
+            Fault::ClockSkew => "clock-skew",
         }
     }
 }
@@ -628,6 +648,19 @@ async fn inject(
                 "{}: no packet of {leader_name} matched the cut ({addresses})",
                 fault.name()
             );
+            return (t_fault, leader_ip);
+        }
+        Fault::ClockSkew => {
+            // The newest follower: it stays up, so what it does with its wrong clock shows.
+            let skewed = install
+                .pods(&client)
+                .await
+                .into_iter()
+                .rfind(|p| p.metadata.name.as_deref() != Some(leader_name.as_str()))
+                .expect("a follower");
+            let hold = install.timings.lease_duration + Duration::from_secs(10);
+            let t_fault =
+                faketime::skew_one_app(node, install, &skewed, CLOCK_SKEW, hold, client_name).await;
             return (t_fault, leader_ip);
         }
         Fault::ApiserverRestart => {
@@ -963,6 +996,15 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.leader_app_starts,
                 operator.leaders,
             ));
+            // A wrong wall clock in one app reaches nothing of ours: no second writer at all.
+            assert!(
+                fault != Fault::ClockSkew
+                    || install.election != ElectionMode::Ours
+                    || (r.two_operators_ms == 0.0 && non_holder.is_empty()),
+                "{name}: a skewed app clock made a second writer ({:.0} ms, {} admitted writes)",
+                r.two_operators_ms,
+                non_holder.len()
+            );
             results.entry(fault).or_default().push(r);
             // Our election's guarantees are asserted; Passmower's own is measured.
             if install.election == ElectionMode::Ours {

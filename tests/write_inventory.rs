@@ -3,16 +3,18 @@
 //! by `inject` as a helm post-renderer (3 replicas), the activity flush forced to every 5 s
 //! (`ACTIVITY_FLUSH_INTERVAL_SECONDS`), an OIDCClient and an OIDCUser in the namespace, a
 //! rollout restart (so every pod boots with them present), the HTTP side exercised on every pod
-//! (discovery, the authorization request that starts a login, the login page), then a minute of
-//! quiet. Writes come from the apiserver's audit log (by source address) and Redis `MONITOR`
+//! (discovery, the authorization request that starts a login, the login page), a whole sign-in
+//! on a follower (e-mail login on, its mail to an SMTP sink), then a minute of quiet. Writes come from the apiserver's audit log (by source address) and Redis `MONITOR`
 //! (by client address); a write is a follower's when its pod did not hold the Lease at that
 //! instant (from the Lease writes in the same audit log).
 //!
 //! Records what it saw as JSON in `PME_INVENTORY_OUT` (default
 //! `$CARGO_TARGET_DIR/write-inventory-<generation>.json`); scripts/write-inventory.sh runs it for
 //! each generation and renders docs/results/write-inventory.md and compatibility.md. Asserts the
-//! install works (Ready replicas, a leader, the client reconciled by the leader only) and that no
-//! follower wrote an operator object to the apiserver; the Redis side is reported, not asserted.
+//! install works (Ready replicas, a leader, the client reconciled by the leader only), that no
+//! follower wrote an operator object to the apiserver, and that a whole e-mail sign-in on a
+//! follower (tests/support_node/email_login.rs, the mail caught by support_node/smtp.rs)
+//! completes with none of that pod's writes refused; the Redis side is reported, not asserted.
 
 mod support;
 mod support_node;
@@ -28,8 +30,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 
 use support_node::audit::{self, now_us};
 use support_node::config::{NODE_IP, REDIS_PORT};
+use support_node::email_login::{self, Login};
 use support_node::passmower::{self, Generation, Install, Retrofit};
 use support_node::single_writer::assert_single_writer;
+use support_node::smtp::SmtpSink;
 use support_node::{pods, report, Node};
 
 /// Flush interval given to every instance: short enough that a minute sees a dozen flushes.
@@ -95,16 +99,14 @@ async fn follower_write_inventory() {
     let monitor_log = node.layout.path("redis-monitor.log");
     let mut monitor = redis_monitor(node, &monitor_log);
 
+    // E-mail login on, its mail to a sink beside the node: a follower completes a sign-in.
+    let sink = std::sync::Arc::new(SmtpSink::start(node).expect("start the SMTP sink"));
+    let login_env = email_login::env(&sink);
+    let mut env = vec![("ACTIVITY_FLUSH_INTERVAL_SECONDS", FLUSH_SECONDS)];
+    env.extend(login_env.iter().map(|(k, v)| (*k, v.as_str())));
+
     let ns = node.new_namespace("passmower").await;
-    let install = Install::install_with_env(
-        node,
-        &ns,
-        3,
-        1,
-        Retrofit::PostRenderer,
-        &[("ACTIVITY_FLUSH_INTERVAL_SECONDS", FLUSH_SECONDS)],
-    )
-    .await;
+    let install = Install::install_with_env(node, &ns, 3, 1, Retrofit::PostRenderer, &env).await;
     report(&format!(
         "write inventory ({}): 3 Ready replicas and a leader",
         generation.name()
@@ -156,7 +158,7 @@ async fn follower_write_inventory() {
 
     // The HTTP side, on every pod: discovery, the authorization request (a login starts:
     // an interaction is stored), the login page it redirects to.
-    let client_id = client_id(&client, &ns, "inventory").await;
+    let client_id = client_key(&client, &ns, "inventory", "OIDC_CLIENT_ID").await;
     let auth = format!(
         "/auth?client_id={client_id}&response_type=code&scope=openid&\
          redirect_uri=https%3A%2F%2Fapp.example.com%2Fcallback&state=s&nonce=n&\
@@ -190,8 +192,52 @@ async fn follower_write_inventory() {
         }
     }
 
+    // A whole sign-in (e-mail link, tokens, userinfo) on a follower, the write fence in place.
+    let login = Login {
+        client_id: client_id.clone(),
+        client_secret: client_key(&client, &ns, "inventory", "OIDC_CLIENT_SECRET").await,
+        redirect_uri: "https://app.example.com/callback".into(),
+        email: "inventory-user@example.com".into(),
+    };
+    let sign_in = email_login::on_a_follower(node, &install, sink.clone(), login).await;
+    report(&format!(
+        "sign-in on follower {} ({}): signed in {}, steps {:?}, stopped {:?}; its apiserver writes meanwhile {:?}, refused {:?}",
+        sign_in.pod,
+        generation.name(),
+        sign_in.outcome.signed_in(),
+        sign_in.outcome.steps,
+        sign_in.outcome.stopped,
+        sign_in.apiserver_writes,
+        sign_in.refused
+    ));
+
     // Quiet: a dozen activity flushes, the periodic sweeps.
     tokio::time::sleep(QUIET).await;
+    // What the activity projection made of the sign-in a dozen flushes later (2.2 and 2.4
+    // have one; 1.3 has none): the client's lastUsedAt, the user's recentApplications.
+    let status_of = |plural: &'static str, kind: &'static str, name: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("codemowers.cloud", "v1beta1", kind),
+                plural,
+            );
+            Api::<DynamicObject>::namespaced_with(client, &ns, &ar)
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| o.data.get("status").cloned())
+                .unwrap_or_default()
+        }
+    };
+    let activity = serde_json::json!({
+        "client_last_used_at": status_of("oidcclients", "OIDCClient", "inventory").await
+            .get("lastUsedAt").cloned().unwrap_or_default(),
+        "user_recent_applications": status_of("oidcusers", "OIDCUser", "inventory-user").await
+            .get("recentApplications").cloned().unwrap_or_default(),
+    });
     let ended = now_us();
     let tenures = assert_single_writer(node, &install);
     let _ = monitor.kill();
@@ -237,6 +283,8 @@ async fn follower_write_inventory() {
         out_path(generation).with_extension("redis.log"),
         &monitor_text,
     );
+    // The follower's Redis writes while it served the sign-in.
+    let mut sign_in_redis: BTreeMap<String, usize> = BTreeMap::new();
     for line in monitor_text.lines() {
         let Some((t_us, ip, cmd, key)) = parse_monitor(line) else {
             continue;
@@ -249,6 +297,13 @@ async fn follower_write_inventory() {
         } else {
             "follower"
         };
+        let in_sign_in =
+            ip == sign_in.pod_ip && (sign_in.from_us..=sign_in.to_us + 2_000_000).contains(&t_us);
+        if in_sign_in {
+            *sign_in_redis
+                .entry(format!("{cmd} {}", key_pattern(&key, &ns)))
+                .or_insert(0) += 1;
+        }
         bump(role, "redis", cmd, key_pattern(&key, &ns));
     }
 
@@ -269,7 +324,7 @@ async fn follower_write_inventory() {
         "generation": generation.name(),
         "folder": generation.folder(),
         "required_env": generation.required_env().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-        "extra_env": [format!("ACTIVITY_FLUSH_INTERVAL_SECONDS={FLUSH_SECONDS}")],
+        "extra_env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         "observed_seconds": (ended - started) as f64 / 1e6,
         "quiet_seconds": QUIET.as_secs(),
         "tenures": tenures.len(),
@@ -277,6 +332,9 @@ async fn follower_write_inventory() {
         "http": http,
         "writes": rows,
         "follower_operator_writes_apiserver": follower_operator_writes,
+        "sign_in": sign_in,
+        "sign_in_redis_writes": sign_in_redis,
+        "activity_after_sign_in": activity,
     });
     let out = out_path(generation);
     std::fs::write(
@@ -288,6 +346,19 @@ async fn follower_write_inventory() {
     assert!(
         follower_operator_writes.is_empty(),
         "followers wrote operator objects to the apiserver: {follower_operator_writes:?}"
+    );
+    // The fence never refuses a request-driven write: a sign-in on a follower goes through.
+    assert!(
+        sign_in.refused.is_empty(),
+        "the apiserver refused the follower's writes during its sign-in: {:?}",
+        sign_in.refused
+    );
+    assert!(
+        sign_in.outcome.signed_in(),
+        "the sign-in on follower {} did not complete: {:?} after {:?}",
+        sign_in.pod,
+        sign_in.outcome.stopped,
+        sign_in.outcome.steps
     );
 }
 
@@ -393,18 +464,19 @@ async fn create_user(client: &kube::Client, ns: &str, name: &str) {
         .unwrap_or_else(|e| panic!("create OIDCUser {name}: {e}"));
 }
 
-/// The client id Passmower wrote into the client's Secret.
-async fn client_id(client: &kube::Client, ns: &str, name: &str) -> String {
+/// `key` (`OIDC_CLIENT_ID`, `OIDC_CLIENT_SECRET`) of the Secret Passmower wrote for client
+/// `name`.
+async fn client_key(client: &kube::Client, ns: &str, name: &str, key: &str) -> String {
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get(&passmower::secret_name(name))
         .await
         .unwrap_or_else(|e| panic!("read the client Secret: {e}"));
     let data = secret.data.unwrap_or_default();
-    let id = data
-        .get("OIDC_CLIENT_ID")
+    let value = data
+        .get(key)
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_else(|| panic!("no OIDC_CLIENT_ID in the client Secret: {:?}", data.keys()));
-    id
+        .unwrap_or_else(|| panic!("no {key} in the client Secret: {:?}", data.keys()));
+    value
 }
 
 async fn wait<F, Fut>(timeout: Duration, what: &str, mut cond: F)

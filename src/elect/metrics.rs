@@ -1,32 +1,30 @@
 //! The elector's Prometheus metrics, registered in one place.
 
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::status::SharedStatus;
+use crate::clock::{self, BootInstant};
 use crate::election::HandoverCause;
 
 /// Handles to every metric; cloning shares the underlying values.
 #[derive(Clone)]
 pub struct Metrics {
-    /// 1 while this pod holds a live grant.
-    pub is_leader: Gauge,
     /// Times this pod started or stopped leading.
     pub transitions: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Latency of successful renews, in seconds.
     pub renew_latency: Histogram,
     /// Failed API calls by kind (conflict, timeout, forbidden, ...).
     pub api_errors: Family<Vec<(&'static str, &'static str)>, Counter>,
-    /// Wall-clock Unix time at which the current grant lapses; 0 when not leading.
-    pub grant_expiry: Gauge<f64, AtomicU64>,
-    /// 1 while this pod holds a live grant and its consumer's newest signed answer says the
-    /// leader app runs: the figure to alert on ("operators are running here").
-    pub operators_running: Gauge,
     /// 1 while the consumer has shown it runs and obeys, so this pod may take the Lease.
     pub may_contend: Gauge,
     /// 1 once this pod's Pod is terminating (it then never takes the Lease).
@@ -47,16 +45,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> (Self, Registry) {
+    /// The metrics and their registry; the grant's own figures (`is_leader`,
+    /// `operators_running`, `grant_expiry_timestamp_seconds`) are read from `status` at each
+    /// scrape, see [`GrantView`].
+    pub fn new(status: SharedStatus) -> (Self, Registry) {
         let m = Metrics {
-            is_leader: Gauge::default(),
             transitions: Family::default(),
             renew_latency: Histogram::new([
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
             ]),
             api_errors: Family::default(),
-            grant_expiry: Gauge::default(),
-            operators_running: Gauge::default(),
             may_contend: Gauge::default(),
             pod_terminating: Gauge::default(),
             contending: Gauge::default(),
@@ -71,11 +69,6 @@ impl Metrics {
         }
         let mut registry = Registry::with_prefix("passmower_elector");
         registry.register(
-            "is_leader",
-            "1 while this pod holds a live grant",
-            m.is_leader.clone(),
-        );
-        registry.register(
             "leader_transitions",
             "Times this pod became leader (direction=\"became\"), adopted the Lease from its own previous elector process (direction=\"adopted\") or stopped leading (direction=\"stopped\")",
             m.transitions.clone(),
@@ -89,16 +82,6 @@ impl Metrics {
             "api_errors",
             "Failed Lease API calls by kind",
             m.api_errors.clone(),
-        );
-        registry.register(
-            "grant_expiry_timestamp_seconds",
-            "Unix time at which the current grant lapses unless renewed; 0 when not leading",
-            m.grant_expiry.clone(),
-        );
-        registry.register(
-            "operators_running",
-            "1 while this pod holds a live grant and its app's supervisor says (signed) that the leader app runs; the sum over pods is the number of pods running operators",
-            m.operators_running.clone(),
         );
         registry.register(
             "may_contend",
@@ -135,6 +118,7 @@ impl Metrics {
             "Leader-mode app runs that ended on their own (or could not start) in this pod's supervisor since it started, from its signed acks",
             m.leader_app_crashes.clone(),
         );
+        registry.register_collector(Box::new(GrantView(status)));
         (m, registry)
     }
 
@@ -169,6 +153,56 @@ impl Metrics {
     }
 }
 
+/// The grant's figures, computed from the elector's status at the instant of each scrape rather
+/// than set by the election loop: a loop that was paused (a frozen pod, a starved CPU) has not
+/// yet noticed that its grant lapsed, and a gauge it set earlier would report operators running
+/// in a pod whose grant is over — two pods "running operators" on a dashboard that never had two.
+/// The status's grant expiry is the same deadline the consumer obeys, so the figure falls to 0
+/// exactly when the app must stop.
+struct GrantView(SharedStatus);
+
+impl std::fmt::Debug for GrantView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrantView")
+    }
+}
+
+impl Collector for GrantView {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let now = BootInstant::now();
+        let status = self.0.get();
+        let view = status.leader_view(now);
+        let expiry = status
+            .grant_expiry
+            .filter(|_| view.is_leader)
+            .map_or(0.0, |e| {
+                clock::wall_clock_of(e)
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64())
+            });
+        let flags: [(&str, &str, bool); 2] = [
+            ("is_leader", "1 while this pod holds a live grant", view.is_leader),
+            (
+                "operators_running",
+                "1 while this pod holds a live grant and its app's supervisor says (signed) that the leader app runs; the sum over pods is the number of pods running operators",
+                view.operators_running,
+            ),
+        ];
+        for (name, help, value) in flags {
+            let gauge = ConstGauge::new(i64::from(value));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let gauge = ConstGauge::new(expiry);
+        gauge.encode(encoder.encode_descriptor(
+            "grant_expiry_timestamp_seconds",
+            "Unix time at which the current grant lapses unless renewed; 0 when not leading",
+            None,
+            gauge.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 /// Renders the registry in the Prometheus text format.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
@@ -183,7 +217,7 @@ mod tests {
 
     #[test]
     fn every_handover_cause_has_a_series_from_the_start() {
-        let (m, registry) = Metrics::new();
+        let (m, registry) = Metrics::new(SharedStatus::default());
         let text = render(&registry);
         for cause in ["released", "expired", "adopted", "created"] {
             let line = format!("passmower_elector_handovers_total{{cause=\"{cause}\"}} 0");
@@ -200,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_supervisors_totals_appear_with_its_first_ack_and_follow_it() {
-        let (m, registry) = Metrics::new();
+        let (m, registry) = Metrics::new(SharedStatus::default());
         assert!(!render(&registry).contains("passmower_elector_leader_app_starts_total "));
         m.leader_app_totals(3, 1);
         let text = render(&registry);
@@ -215,5 +249,43 @@ mod tests {
         // A restarted supervisor counts from 0 again: a counter reset, as Prometheus expects.
         m.leader_app_totals(1, 0);
         assert!(render(&registry).contains("passmower_elector_leader_app_starts_total 1"));
+    }
+
+    /// The value of the sample `name` (no labels) in a rendered page.
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn a_lapsed_grant_reads_as_no_operators_even_before_the_loop_notices() {
+        let status = SharedStatus::default();
+        let (_m, registry) = Metrics::new(status.clone());
+        // What a loop that froze mid-term leaves behind: the consumer said the leader app runs,
+        // and nothing has cleared the grant yet.
+        status.update(|s| {
+            s.operators_running = true;
+            s.grant_expiry = Some(BootInstant::now().saturating_add(Duration::from_secs(10)));
+        });
+        let text = render(&registry);
+        let running = "passmower_elector_operators_running";
+        let leader = "passmower_elector_is_leader";
+        let expiry = "passmower_elector_grant_expiry_timestamp_seconds";
+        assert_eq!(sample(&text, running), Some(1.0), "{text}");
+        assert_eq!(sample(&text, leader), Some(1.0), "{text}");
+        let unix_now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        assert!(
+            sample(&text, expiry).is_some_and(|e| e > unix_now + 5.0),
+            "{text}"
+        );
+        let lapsed = BootInstant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        status.update(|s| s.grant_expiry = Some(lapsed));
+        let text = render(&registry);
+        assert_eq!(sample(&text, running), Some(0.0), "{text}");
+        assert_eq!(sample(&text, leader), Some(0.0), "{text}");
+        assert_eq!(sample(&text, expiry), Some(0.0), "{text}");
     }
 }

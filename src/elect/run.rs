@@ -89,8 +89,8 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
     let signals = Signals::new([SIGTERM, SIGINT])
         .map_err(|e| RoleError::start("cannot install signal handlers", e))?;
 
-    let (metrics, registry) = Metrics::new();
     let status = SharedStatus::default();
+    let (metrics, registry) = Metrics::new(status.clone());
     status.update(|s| {
         s.identity = holder.clone();
         s.loop_heartbeat = BootInstant::now();

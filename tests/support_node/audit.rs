@@ -34,9 +34,12 @@ impl Write {
     }
 
     /// A write Passmower's operators make: its custom resources (and their status), the
-    /// Secrets and Pods it creates. Not Leases or Events, which the elector writes.
+    /// Secrets and Pods it creates. Not Leases or Events, which the elector writes, and not
+    /// OIDCUsers: the HTTP side of every replica creates and patches them on a sign-in, so the
+    /// audit log cannot tell the user operator's writes to them from a request's (the write
+    /// fence leaves them alone for the same reason).
     pub fn is_operator_write(&self) -> bool {
-        self.api_group == "codemowers.cloud"
+        (self.api_group == "codemowers.cloud" && self.resource != "oidcusers")
             || (self.api_group.is_empty() && matches!(self.resource.as_str(), "secrets" | "pods"))
     }
 

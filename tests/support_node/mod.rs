@@ -14,11 +14,14 @@
 pub mod audit;
 pub mod cgroups;
 pub mod config;
+pub mod email_login;
+pub mod faketime;
 pub mod http;
 pub mod netns;
 pub mod passmower;
 pub mod pods;
 pub mod single_writer;
+pub mod smtp;
 
 use std::collections::HashSet;
 use std::fs;

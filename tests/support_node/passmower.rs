@@ -258,6 +258,21 @@ impl Install {
         retrofit: Retrofit,
         extra_env: &[(&str, &str)],
     ) -> Install {
+        Self::install_with_stages(node, ns, replicas, redis_db, retrofit, extra_env, &[]).await
+    }
+
+    /// [`Install::install_with_env`], the chart's manifests also passed through `stages`
+    /// (file name, Python source reading the stream on stdin and writing it to stdout) before
+    /// `inject`: what a test bed adds to the app's pod (a volume, a preload), never the product.
+    pub async fn install_with_stages(
+        node: &Node,
+        ns: &str,
+        replicas: i32,
+        redis_db: u32,
+        retrofit: Retrofit,
+        extra_env: &[(&str, &str)],
+        stages: &[(&str, &str)],
+    ) -> Install {
         let ns = ns.to_owned();
         let generation = Generation::from_env();
         let election = ElectionMode::from_env();
@@ -295,6 +310,8 @@ impl Install {
         ];
         sets.extend(generation.chart_sets(&ns));
         let mut env: Vec<(&str, &str)> = generation.required_env();
+        // A test's own value wins over the generation's (outbound e-mail on, for a login).
+        env.retain(|(k, _)| !extra_env.iter().any(|(e, _)| e == k));
         env.extend_from_slice(extra_env);
         let mut helm = helm(node, &dir);
         helm.args(["install", RELEASE])
@@ -305,9 +322,9 @@ impl Install {
             .arg("--no-hooks");
         let inject = (retrofit == Retrofit::PostRenderer && election != ElectionMode::Upstream)
             .then_some((sidecar.as_str(), TIMINGS));
-        if inject.is_some() || !env.is_empty() {
+        if inject.is_some() || !env.is_empty() || !stages.is_empty() {
             helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, inject, election, &ns, &env));
+                .arg(post_renderer(&dir, inject, election, &ns, &env, stages));
         }
         for s in &sets {
             helm.arg("--set").arg(s);
@@ -652,12 +669,13 @@ fn post_renderer(
     election: ElectionMode,
     namespace: &str,
     env: &[(&str, &str)],
+    stages: &[(&str, &str)],
 ) -> PathBuf {
     let path = dir.join("inject-post-renderer.sh");
     let bin = env!("CARGO_BIN_EXE_passmower-elector");
     let d = |d: Duration| format!("{}ms", d.as_millis());
     let mut script = String::from("#!/bin/sh\nset -e\n");
-    let mut stages = Vec::new();
+    let mut commands = Vec::new();
     if !env.is_empty() {
         let add = dir.join("add-env.py");
         let list: Vec<serde_json::Value> = env
@@ -674,10 +692,15 @@ fn post_renderer(
             ADD_ENV_PY.replace("@ENV@", &serde_json::Value::Array(list).to_string()),
         )
         .expect("write add-env.py");
-        stages.push(format!("python3 {}", add.display()));
+        commands.push(format!("python3 {}", add.display()));
+    }
+    for (file, source) in stages {
+        let path = dir.join(file);
+        fs::write(&path, source).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        commands.push(format!("python3 {}", path.display()));
     }
     if let Some((sidecar_image, t)) = inject {
-        stages.push(format!(
+        commands.push(format!(
             "{bin} inject --image {sidecar_image} --namespace {namespace} \
              --lease-duration {} --renew-deadline {} --retry-period {} --kill-grace {}{} \"$@\"",
             d(t.lease_duration),
@@ -691,7 +714,7 @@ fn post_renderer(
             },
         ));
     }
-    script.push_str(&stages.join(" | "));
+    script.push_str(&commands.join(" | "));
     script.push('\n');
     fs::write(&path, script).expect("write post-renderer");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod post-renderer");

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::Elector;
-use crate::clock::{self, BootInstant};
+use crate::clock::BootInstant;
 use crate::elect::consumer::ConsumerState;
 use crate::elect::events::{Details, Kind};
 use crate::elect::own_pod::PodState;
@@ -85,8 +85,6 @@ impl Elector {
                     tracing::error!(error = %e, "cannot write the follower flag file; the grant's own expiry still stops the consumer");
                 }
                 tracing::info!(identity = %holder, %reason, "stopped leading");
-                self.metrics.is_leader.set(0);
-                self.metrics.grant_expiry.set(0.0);
                 self.metrics.transition("stopped");
                 self.status.update(|s| {
                     s.grant_expiry = None;
@@ -126,7 +124,6 @@ impl Elector {
         // The consumer's timeout counts from the term's start at the earliest (an adopted term
         // may begin before the consumer has answered this incarnation).
         self.consumer_live_at = now;
-        self.metrics.is_leader.set(1);
         self.metrics.transition(how);
         self.status.update(|s| {
             s.epoch = epoch;
@@ -147,11 +144,6 @@ impl Elector {
         let holder = self.candidate.holder_id().to_owned();
         match self.outputs.leader(&holder, epoch, expiry) {
             Ok(_) => {
-                self.metrics.grant_expiry.set(
-                    clock::wall_clock_of(expiry)
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()),
-                );
                 self.status.update(|s| s.grant_expiry = Some(expiry));
                 Ok(())
             }

@@ -98,7 +98,6 @@ impl Elector {
         }
         let leading = self.candidate.is_leader();
         let running = leading && (state.runs_leader() || state == ConsumerState::Unchecked);
-        self.metrics.operators_running.set(i64::from(running));
         if let Some(report) = self.outputs.consumer_report() {
             self.metrics
                 .leader_app_totals(report.leader_starts, report.leader_crashes);
