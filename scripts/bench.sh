@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The side-by-side leader-election benchmark, in one command: builds the peers
 # (scripts/build-bench-peers.sh), our release binary and the control plane (cached), then runs
-# the #[ignore]d test tests/bench_election.rs, which writes docs/results/benchmarks.md and
+# the #[ignore]d test tests/bench/bench_election.rs, which writes docs/results/benchmarks.md and
 # docs/results/handover.svg (generated: command, date and machine in the file; never edit
 # it). Takes about a quarter of an hour once everything is built; never run by CI.
 #
@@ -21,7 +21,6 @@ if [[ -z "${PME_CONTROL_PLANE:-}" ]]; then
   PME_CONTROL_PLANE="$(scripts/build-test-cluster.sh | tail -n 1)"
 fi
 export PME_CONTROL_PLANE
-command -v openssl >/dev/null || { echo "bench.sh: openssl is required (test CA)" >&2; exit 1; }
 
 PME_BENCH_PEERS="$(scripts/build-bench-peers.sh | tail -n 1)"
 export PME_BENCH_PEERS
@@ -40,4 +39,4 @@ BENCH_RUSTC_VERSION="$(rustc --version)"
 BENCH_GIT_REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 export BENCH_DATE BENCH_RUSTC_VERSION BENCH_GIT_REV
 
-exec cargo test --locked --test bench_election -- --ignored --exact side_by_side --nocapture
+exec cargo test --locked --test bench -- --ignored --exact bench_election::side_by_side --nocapture

@@ -23,7 +23,7 @@
 #   operators do not need them.
 # - libfaketime (Debian's package, in the root filesystem), for the real-pod fault clock-skew:
 #   a test preloads it into one pod's app to put that pod's wall clock ahead. Nothing loads it
-#   unless the test sets LD_PRELOAD (tests/support_node/faketime.rs); this image is the test
+#   unless the test sets LD_PRELOAD (testkit/src/node/faketime.rs); this image is the test
 #   bed's Passmower, never a product image.
 # The upstream source is read from PME_UPSTREAM (default: ../shared/upstream/passmower beside
 # the repository) and never copied into the repository. Any generation under ../shared/upstream/

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares an upstream Passmower tree to run as a plain process in the integration tests
-# (tests/idle_namespace.rs runs a real follower against the real apiserver): a copy of the
+# (tests/api/idle_namespace.rs runs a real follower against the real apiserver): a copy of the
 # tree's src/ with `npm install --omit=dev` beside it, cached by the package files, the source
 # and the Node version, so a warm run only checks it is there. Any generation under
 # ../shared/upstream/ works (1.3.0 in passmower/, the 2.2 era in passmower-before-election/,

@@ -3,7 +3,7 @@
 # the static release binary (built as scripts/check-static-binary.sh builds it) at
 # /usr/local/bin/passmower-elector, user 65532:65532, that path as the entrypoint, and the labels
 # of Dockerfile.sidecar — the same image as `docker buildx build -f Dockerfile.sidecar`, one
-# layer, no base image. tests/sidecar_image.rs checks that the two declare the same path, user,
+# layer, no base image. tests/scenarios/sidecar_image.rs checks that the two declare the same path, user,
 # entrypoint and labels.
 #
 #   scripts/build-sidecar-image.sh [--out FILE] [--image REF] [--binary FILE] [--target TRIPLE]

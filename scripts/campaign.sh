@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fault campaign, long form: N pods (elector + supervisor + recording child) against a
 # private kube-apiserver + etcd, with faults from a seeded schedule; fails on any overlap of two
-# leaders' operator mode or a leaderless gap beyond its bound. See tests/fault_campaign.rs.
+# leaders' operator mode or a leaderless gap beyond its bound. See tests/bench/fault_campaign.rs.
 #
 #   scripts/campaign.sh                          # 10 minutes, a fresh seed (printed)
 #   scripts/campaign.sh --duration 30m --seed 42
@@ -46,7 +46,7 @@ done
 
 # Release build: the campaign is about timing, and the product ships optimized.
 status=0
-cargo test --release --test fault_campaign long_fault_campaign -- --ignored --nocapture || status=$?
+cargo test --release --test bench fault_campaign::long_fault_campaign -- --ignored --nocapture || status=$?
 if [[ -s "$report" ]]; then
   {
     echo "# Fault campaign: the last run"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Lints and renders charts/passmower-elector with a helm built by scripts/build-helm.sh (HELM
 # selects another binary, e.g. Helm 4), renders NOTES.txt too (helm only shows it on install,
-# which needs a cluster; tests/inject_chart.rs installs it for real and runs what it prints),
+# which needs a cluster; tests/api/inject_chart.rs installs it for real and runs what it prints),
 # and checks that what the chart must refuse is refused.
 #
 # With PME_RENDERED_CHART_DIR set, also writes the chart as installed (`helm template`) into
-# that directory, one file per values variant, for tests/manifests_dry_run.rs to send to a real
+# that directory, one file per values variant, for tests/api/manifests_dry_run.rs to send to a real
 # kube-apiserver as a strict server-side dry run (.ci/run sets it before the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +78,7 @@ cp -r "$chart" "$scratch/chart"
 } >"$scratch/chart/templates/notes-check.yaml"
 rm "$scratch/chart/templates/NOTES.txt"
 "$helm" template passmower-elector "$scratch/chart" -n auth "${image[@]}" --show-only templates/notes-check.yaml >/dev/null
-# The webhook chart (tests/webhook_chart.rs renders it with both helms and installs it for real).
+# The webhook chart (tests/api/webhook_chart.rs renders it with both helms and installs it for real).
 webhook_chart=charts/passmower-elector-webhook
 "$helm" lint --strict "$webhook_chart" "${image[@]}"
 "$helm" lint --strict "$webhook_chart" "${image[@]}" --set certificates.mode=certManager,optIn.namespaces=false

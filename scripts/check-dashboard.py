@@ -47,7 +47,7 @@ def registered_metrics():
     names = set()
     for prefix, source in METRIC_SOURCES.items():
         text = source.read_text()
-        for name in re.findall(r'register\(\s*"([a-z_]+)"', text):
+        for name in re.findall(r'(?:register|scrape_gauge)\(\s*(?:&mut encoder,\s*)?"([a-z_]+)"', text):
             base = f"{prefix}_{name}"
             names.update({base, base + "_total", base + "_bucket", base + "_sum", base + "_count"})
     return names

@@ -1,80 +1,52 @@
 #!/usr/bin/env bash
-# A throwaway local control plane for the demo: etcd + kube-apiserver on loopback, with
-# generated certificates, static-token auth and RBAC. Source it, then:
-#   cp_start DIR    start everything under DIR, write DIR/admin.kubeconfig, DIR/pids
-#   cp_stop DIR     stop what cp_start started, by PID
+# A throwaway local control plane for the demo: the tests' own (etcd + kube-apiserver on
+# loopback, generated certificates, static-token auth, RBAC), started by the test kit's
+# `pme-testbed`. Source it, then:
+#   cp_start DIR [FLAG...]   start it with its files under DIR (DIR/kubeconfig-admin.json,
+#                            DIR/server, DIR/ca.crt, DIR/admin.token); FLAGs go to
+#                            `pme-testbed control-plane` (--user, --audit-policy, --apiserver-flag)
+#   cp_stop DIR              stop it (by PID)
 #   cp_api DIR METHOD PATH [JSON]   call the API as admin (curl)
-# Binaries come from scripts/build-test-cluster.sh (built once, cached by version).
+#   cp_free_port             a free loopback port
+# The binaries come from scripts/build-test-cluster.sh (built once, cached by version).
+
+CP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The path of pme-testbed, built once per shell.
+cp_testbed() {
+  if [[ -z "${CP_TESTBED:-}" ]]; then
+    cargo build --quiet --manifest-path "$CP_ROOT/Cargo.toml" -p pme-testkit --bin pme-testbed >&2
+    CP_TESTBED="$(cargo metadata --format-version 1 --no-deps --manifest-path "$CP_ROOT/Cargo.toml" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/pme-testbed"
+  fi
+  echo "$CP_TESTBED"
+}
 
 cp_free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  "$(cp_testbed)" free-ports
 }
 
 cp_start() {
-  local dir="$1" bins
-  bins="$(bash "$(dirname "${BASH_SOURCE[0]}")/build-test-cluster.sh" | tail -n 1)"
-  mkdir -p "$dir/etcd-data"
-  : >"$dir/pids"
-  # Certificates: a CA and an apiserver serving certificate for 127.0.0.1, so clients verify TLS.
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=elector-demo-ca" \
-    -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
-    -keyout "$dir/apiserver.key" -out "$dir/apiserver.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$dir/san.ext"
-  openssl x509 -req -in "$dir/apiserver.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
-    -days 2 -extfile "$dir/san.ext" -out "$dir/apiserver.crt" 2>/dev/null
-  openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
-  local token
-  token="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-  echo "$token,admin,admin,system:masters" >"$dir/tokens.csv"
-  echo "$token" >"$dir/admin.token"
-
-  local etcd_port etcd_peer api_port
-  etcd_port="$(cp_free_port)"; etcd_peer="$(cp_free_port)"; api_port="$(cp_free_port)"
-  "$bins/etcd" --data-dir "$dir/etcd-data" --unsafe-no-fsync \
-    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
-    --initial-cluster "default=http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &
-  echo $! >>"$dir/pids"
+  local dir="$1" testbed i
+  shift
+  testbed="$(cp_testbed)"
+  mkdir -p "$dir"
+  rm -f "$dir/ready"
+  PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(bash "$CP_ROOT/scripts/build-test-cluster.sh" | tail -n 1)}" \
+    "$testbed" control-plane "$dir" "$@" >"$dir/testbed.log" 2>&1 &
+  echo $! >"$dir/pids"
   disown
-  "$bins/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --secure-port "$api_port" \
-    --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
-    --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
-    --client-ca-file "$dir/ca.crt" --token-auth-file "$dir/tokens.csv" \
-    --authorization-mode Node,RBAC \
-    --service-account-key-file "$dir/sa.key" --service-account-signing-key-file "$dir/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
-    --disable-admission-plugins ServiceAccount >"$dir/apiserver.log" 2>&1 &
-  echo $! >>"$dir/pids"
-  disown
-  echo "https://127.0.0.1:$api_port" >"$dir/server"
-  cat >"$dir/admin.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: demo
-  cluster:
-    server: https://127.0.0.1:$api_port
-    certificate-authority-data: $(base64 -w0 "$dir/ca.crt")
-users:
-- name: admin
-  user:
-    token: $token
-contexts:
-- name: demo
-  context: {cluster: demo, user: admin}
-current-context: demo
-KC
-  local i
-  for i in $(seq 1 120); do
-    if curl -fsS --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" "https://127.0.0.1:$api_port/readyz" >/dev/null 2>&1; then
-      return 0
+  for i in $(seq 1 300); do
+    [[ -f "$dir/ready" ]] && return 0
+    if ! kill -0 "$(cat "$dir/pids")" 2>/dev/null; then
+      echo "pme-testbed exited; its log:" >&2
+      tail -n 30 "$dir/testbed.log" >&2
+      return 1
     fi
     sleep 0.5
   done
-  echo "kube-apiserver did not become ready; last log lines:" >&2
-  tail -n 20 "$dir/apiserver.log" >&2
+  echo "the control plane did not become ready; last log lines:" >&2
+  tail -n 20 "$dir/testbed.log" "$dir/kube-apiserver.log" >&2
   return 1
 }
 
@@ -87,12 +59,10 @@ cp_api() {
 cp_stop() {
   local dir="$1" pid
   [[ -f "$dir/pids" ]] || return 0
-  # Stop in reverse order of start (apiserver before etcd), by the PIDs we recorded.
-  for pid in $(tac "$dir/pids"); do
+  # pme-testbed stops etcd and kube-apiserver by PID on SIGTERM.
+  for pid in $(cat "$dir/pids"); do
     kill "$pid" 2>/dev/null || true
-  done
-  for pid in $(tac "$dir/pids"); do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
   : >"$dir/pids"

@@ -8,7 +8,7 @@
 # Everything runs under .demo/ and is stopped (by PID) when the script ends.
 #
 #   scripts/demo.sh --node   the same story on real pods: a one-node Kubernetes (kubelet +
-#                            containerd, tests/support_node), the real Passmower installed by
+#                            containerd, the test kit's node), the real Passmower installed by
 #                            helm with inject as post-renderer, `kubectl get pods -w` and
 #                            `get lease -w` live (kubectl watches one type at a time), and three handovers (delete the leader's pod, crash
 #                            its elector, freeze its pod). Needs root; see scripts/real-pods.sh.
@@ -20,7 +20,7 @@ if [[ "${1:-}" == "--node" ]]; then
   export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
   export PME_NODE_IMAGES="${PME_NODE_IMAGES:-$(last scripts/build-node-images.sh)}"
   export PME_HELM3="${PME_HELM3:-$(last scripts/build-helm.sh)}"
-  exec cargo test --quiet --features real-pods --test real_pods demo_handover -- --ignored --nocapture
+  exec cargo test --quiet --features real-pods --test node real_pods::demo_handover -- --ignored --nocapture
 fi
 ROOT="$PWD"
 DEMO="$ROOT/.demo"
@@ -64,7 +64,7 @@ start_pod() {
     >"$dir/supervise.log" 2>&1) &
   SUPERVISOR_PID[$pod]=$!
   disown  # we stop it by PID ourselves; no job-control notices
-  KUBECONFIG="$DEMO/admin.kubeconfig" POD_NAME="$pod" POD_NAMESPACE=demo \
+  KUBECONFIG="$DEMO/kubeconfig-admin.json" POD_NAME="$pod" POD_NAMESPACE=demo \
     "$BIN" elect --lease-name passmower --flag-file "$dir/grant.json" \
     --toggle-url "http://127.0.0.1:${TOGGLE[$pod]}/grant" --probe-addr "127.0.0.1:${PROBE[$pod]}" \
     "${TIMING[@]}" >"$dir/elect.log" 2>&1 &

@@ -27,8 +27,11 @@ OUTBOUND_EMAIL_ENABLED=false; 2.4: LEADER_ELECTION_ENABLED=false, as inject sets
 scripts/bench-generations.sh runs it for each generation.
 
 Usage: scripts/handover-bench.py [--modes restart,leader-instance] [--handovers 3] [--no-rollout]
-Needs root (namespaces), node, redis-server, redis-cli, kubectl, openssl, and the control plane
-from scripts/build-test-cluster.sh. Bounded: every wait has a limit; the whole run stops itself.
+             [--binary PATH] [--testbed PATH]
+Needs root (namespaces), node, npm, redis-server, redis-cli, kubectl, and the test kit's
+`pme-testbed` (beside --binary; `cargo build --workspace` builds both), which starts the
+control plane the tests run against (binaries from scripts/build-test-cluster.sh, or
+PME_CONTROL_PLANE). Bounded: every wait has a limit; the whole run stops itself.
 """
 
 import argparse
@@ -51,7 +54,7 @@ import http.client
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATION = os.environ.get("PME_PASSMOWER_GENERATION") or "1.3"
 # What each generation needs besides 1.3.0's environment to boot as a follower under our
-# election (tests/support_node/passmower.rs says the same for the real-pod tests).
+# election (testkit/src/node/passmower.rs says the same for the real-pod tests).
 GENERATION_ENV = {
     "1.3": {},
     "2.2": {"OUTBOUND_EMAIL_ENABLED": "false"},
@@ -62,6 +65,7 @@ if GENERATION not in GENERATION_ENV:
              f"{', '.join(GENERATION_ENV)}")
 UPSTREAM = os.environ.get("PME_UPSTREAM") or os.path.join(
     os.path.dirname(ROOT), "shared", "upstream", "passmower")
+TESTBED = None  # pme-testbed, set by main()
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 NS = "pm"
 ISSUER = "https://passmower.example.com/"
@@ -96,11 +100,8 @@ def stop(p, sig=signal.SIGTERM, limit=15.0):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return int(subprocess.run([TESTBED, "free-ports"], check=True, capture_output=True,
+                              text=True).stdout)
 
 
 def in_netns(fd, fn):
@@ -188,69 +189,43 @@ def http_get(sock, path, timeout=2.0):
 
 
 class ControlPlane:
+    """The tests' control plane (`pme-testbed control-plane`), with an audit log of every write
+    and a system:masters token per elector and app."""
+
     def __init__(self, work):
         self.dir = os.path.join(work, "cp")
         os.makedirs(self.dir)
-        cp = os.environ.get("PME_CONTROL_PLANE") or os.path.expanduser(
-            "~/.cache/passmower-elector/control-plane/kube-v1.37.2-etcd-v3.6.16"
-        )
         d = self.dir
-        sh = lambda *a: subprocess.run(a, check=True, capture_output=True)
-        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-           "/CN=bench-ca", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.crt")
-        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-           "-keyout", f"{d}/apiserver.key", "-out", f"{d}/apiserver.csr")
-        with open(f"{d}/san.ext", "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        sh("openssl", "x509", "-req", "-in", f"{d}/apiserver.csr", "-CA", f"{d}/ca.crt", "-CAkey",
-           f"{d}/ca.key", "-CAcreateserial", "-days", "2", "-extfile", f"{d}/san.ext", "-out",
-           f"{d}/apiserver.crt")
-        sh("openssl", "genrsa", "-out", f"{d}/sa.key", "2048")
-        self.tokens = {"admin": secrets.token_hex(16)}
-        for i in range(12):
-            for role in ("elector", "app"):
-                self.tokens[f"{role}-pod{i}"] = secrets.token_hex(16)
-        with open(f"{d}/tokens.csv", "w") as f:
-            for user, tok in self.tokens.items():
-                f.write(f"{tok},{user},{user},system:masters\n")
-        with open(f"{d}/audit-policy.yaml", "w") as f:
+        policy = os.path.join(work, "audit-policy.yaml")
+        with open(policy, "w") as f:
             f.write("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
                     "rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n"
                     "- level: None\n")
+        # Passmower's secret-refresh Pods need no ServiceAccount object (no controller-manager
+        # makes the default one here).
+        cmd = [TESTBED, "control-plane", d, "--audit-policy", policy,
+               "--apiserver-flag=--disable-admission-plugins=ServiceAccount"]
+        for i in range(12):
+            for role in ("elector", "app"):
+                cmd += ["--user", f"{role}-pod{i}"]
+        self.testbed = spawn(cmd, stdout=open(f"{d}/testbed.log", "w"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while not os.path.exists(f"{d}/ready"):
+            if self.testbed.poll() is not None:
+                raise SystemExit(f"pme-testbed exited ({self.testbed.returncode}): see {d}/testbed.log")
+            if time.time() > deadline:
+                raise SystemExit(f"the control plane did not become ready in 300 s: see {d}")
+            time.sleep(0.2)
+        self.port = int(open(f"{d}/server").read().strip().rsplit(":", 1)[1])
+        self.tokens = {}
+        with open(f"{d}/tokens.csv") as f:
+            for line in f:
+                token, user = line.split(",")[:2]
+                self.tokens[user] = token
+        self.tokens["admin"] = open(f"{d}/admin.token").read().strip()
         self.audit = f"{d}/audit.log"
-        etcd_port, etcd_peer = free_port(), free_port()
-        self.port = free_port()
-        spawn([f"{cp}/etcd", "--data-dir", f"{d}/etcd", "--unsafe-no-fsync",
-               "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
-               "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
-               "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-               "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-               "--initial-cluster", f"default=http://127.0.0.1:{etcd_peer}"],
-              stdout=open(f"{d}/etcd.log", "w"), stderr=subprocess.STDOUT)
-        spawn([f"{cp}/kube-apiserver", "--etcd-servers", f"http://127.0.0.1:{etcd_port}",
-               "--bind-address", "127.0.0.1", "--secure-port", str(self.port),
-               "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none",
-               "--tls-cert-file", f"{d}/apiserver.crt", "--tls-private-key-file", f"{d}/apiserver.key",
-               "--client-ca-file", f"{d}/ca.crt", "--token-auth-file", f"{d}/tokens.csv",
-               "--authorization-mode", "RBAC", "--service-account-key-file", f"{d}/sa.key",
-               "--service-account-signing-key-file", f"{d}/sa.key",
-               "--service-account-issuer", "https://kubernetes.default.svc",
-               "--service-cluster-ip-range", "10.0.0.0/24",
-               "--disable-admission-plugins", "ServiceAccount",
-               "--audit-policy-file", f"{d}/audit-policy.yaml", "--audit-log-path", self.audit,
-               "--audit-log-mode", "blocking"],
-              stdout=open(f"{d}/apiserver.log", "w"), stderr=subprocess.STDOUT)
         self.ctx = ssl.create_default_context(cafile=f"{d}/ca.crt")
         self.kubeconfig = self.write_kubeconfig("admin", f"{d}/admin.kubeconfig")
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if self.request("GET", "/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise SystemExit("kube-apiserver did not become ready in 120 s")
 
     def write_kubeconfig(self, user, path):
         ca = base64.b64encode(open(f"{self.dir}/ca.crt", "rb").read()).decode()
@@ -789,10 +764,18 @@ def main():
     ap.add_argument("--modes", default="restart,leader-instance")
     ap.add_argument("--handovers", type=int, default=3)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/passmower-elector"))
+    ap.add_argument("--testbed", help="the test kit's pme-testbed (default: beside --binary)")
     ap.add_argument("--resources-all", action="store_true")
     ap.add_argument("--no-rollout", action="store_true", help="handovers only, no rolling update")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    global TESTBED
+    TESTBED = args.testbed or os.path.join(os.path.dirname(args.binary), "pme-testbed")
+    if not os.access(TESTBED, os.X_OK):
+        raise SystemExit(f"{TESTBED} is missing: build it with `cargo build --workspace` "
+                         "(or `cargo build -p pme-testkit --bin pme-testbed`), or pass --testbed")
+    if not os.path.isdir(UPSTREAM):
+        raise SystemExit(f"no upstream Passmower at {UPSTREAM}: set PME_UPSTREAM")
     created_sa = not os.path.exists(SA_DIR)
     os.makedirs(SA_DIR, exist_ok=True)
     results = []

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The end-to-end tests on a real one-node Kubernetes, all of them, for every Passmower
 # generation: builds (or finds in the cache) the control plane, the node binaries, helm and, per
-# generation, the images, then runs tests/node_smoke.rs, tests/webhook_node.rs,
-# tests/real_pods.rs and tests/status_node.rs with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including the tests
-# marked ignored (but the hold-for-a-look and the demo, which are for people). Cargo runs the
-# test binaries one after another, each with a node of its own.
+# generation, the images, then runs the node tier (tests/node: node_smoke, real_pods,
+# webhook_node, status_node) with PME_REAL_PODS_ROUNDS rounds per fault (default 3), including
+# the tests marked ignored (but the hold-for-a-look, the demo and the write inventory, which
+# have scripts of their own). Each scenario file gets a node of its own, one after another.
 #
 #   scripts/real-pods.sh                       # everything, 3 rounds per fault, 1.3 2.2 2.4
 #   PME_PASSMOWER_GENERATIONS=2.4 scripts/real-pods.sh
-#   PME_REAL_PODS_ROUNDS=1 scripts/real-pods.sh --test real_pods -- faults
+#   PME_REAL_PODS_ROUNDS=1 scripts/real-pods.sh --test node -- real_pods::faults
 #
 # PME_PASSMOWER_GENERATIONS (space or comma separated; default "1.3 2.2 2.4") names the upstream
 # trees under ../shared/upstream/: 1.3 = passmower/ (release 1.3.0), 2.2 =
@@ -39,7 +39,7 @@ results=""
 if (($#)); then
   args=("$@")
 else
-  args=(--test node_smoke --test webhook_node --test real_pods --test status_node -- --include-ignored --skip hold_for_a_look --skip demo_)
+  args=(--test node -- --include-ignored --skip hold_for_a_look --skip demo_ --skip write_inventory::)
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
 status=0

@@ -4,7 +4,7 @@
 #               chart has and this tree's chart lacks: Lease RBAC, POD_NAME, LEADER_ELECTION_ENABLED=true)
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
-# Each mode is one run of tests/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
+# Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
 # own, one round per fault; the table is written to docs/results/side-by-side.md (generated:
 # the command, date and machine on top; do not edit it, run this again).
 #
@@ -36,7 +36,7 @@ for mode in "${modes[@]}"; do
   [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]] && continue
   PME_PASSMOWER_GENERATIONS="$generation" PME_ELECTION_MODE="$mode" PME_REAL_PODS_ROUNDS=1 \
     PME_REAL_PODS_FAULTS="$faults" PME_REAL_PODS_REPORT="$report" \
-    scripts/real-pods.sh --test real_pods -- --exact faults_keep_one_writer_and_reconcile || status=$?
+    scripts/real-pods.sh --test node -- --exact real_pods::faults_keep_one_writer_and_reconcile || status=$?
 done
 
 mkdir -p "$(dirname "$results")"

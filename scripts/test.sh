@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: makes sure the real control plane (kube-apiserver + etcd, built from Go
-# modules and cached by version) is there, then runs every test target against it.
+# modules and cached by version) is there, then runs every test target against it: the
+# scenario, api and bench tiers (tests/<tier>/), the unit tests, and the examples'.
 #
 #   scripts/test.sh                                   # everything
-#   scripts/test.sh --test control_plane -- --nocapture
+#   scripts/test.sh --test api -- control_plane:: --nocapture
 #
 # Extra arguments go to `cargo test --all-targets`. Set PME_CONTROL_PLANE to a directory with
 # `kube-apiserver` and `etcd` to use those instead of building, and PME_PASSMOWER_APP to an
@@ -23,14 +24,13 @@ for bin in kube-apiserver etcd; do
     exit 1
   fi
 done
-command -v openssl >/dev/null || { echo "test.sh: openssl is required (test CA)" >&2; exit 1; }
 export PME_CONTROL_PLANE
 # Upstream Passmower, npm-installed and cached, for the tests that run it as a plain process.
 if [[ -z "${PME_PASSMOWER_APP:-}" ]]; then
   PME_PASSMOWER_APP="$(scripts/build-passmower-app.sh | tail -n 1)"
 fi
 export PME_PASSMOWER_APP
-# Passmower 2.4 (its own leader election), for tests/native_election.rs.
+# Passmower 2.4 (its own leader election), for tests/api/native_election.rs.
 if [[ -z "${PME_PASSMOWER_APP_24:-}" ]]; then
   PME_PASSMOWER_APP_24="$(PME_UPSTREAM="$(generation_upstream 2.4)" \
     scripts/build-passmower-app.sh | tail -n 1)"
@@ -38,6 +38,6 @@ fi
 export PME_PASSMOWER_APP_24
 
 # `cargo test` compiles the examples but does not leave them at target/<profile>/examples/NAME,
-# where tests/consumer_example.rs runs the reference consumer from.
+# where tests/scenarios/consumer_example.rs runs the reference consumer from.
 cargo build --examples --quiet
 exec cargo test --all-targets "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generates docs/results/write-inventory.md (every write a follower makes, per Passmower
 # generation) and docs/results/compatibility.md (which generations run under passmower-elector,
-# in which mode, and what a user sets), from what tests/write_inventory.rs saw on real pods:
+# in which mode, and what a user sets), from what tests/node/write_inventory.rs saw on real pods:
 # for each generation in PME_PASSMOWER_GENERATIONS (default "1.3 2.2 2.4") it builds that tree's
 # images (cached), runs the test on a one-node Kubernetes of its own, and keeps its JSON record;
 # a generation whose images do not build or whose test fails is written down as such, with the
@@ -39,9 +39,9 @@ for gen in "${generations[@]}"; do
   fi
   export PME_NODE_IMAGES
   if ! PME_INVENTORY_OUT="$runs/inventory-$gen.json" \
-    cargo test --locked --features real-pods --test write_inventory -- --ignored --nocapture \
+    cargo test --locked --features real-pods --test node write_inventory:: -- --ignored --nocapture \
     >"$runs/test-$gen.log" 2>&1; then
-    { echo "tests/write_inventory.rs failed:"; grep -E "panicked|assert|Error|error" "$runs/test-$gen.log" | tail -n 15; } >"$runs/failed-$gen.txt"
+    { echo "tests/node/write_inventory.rs failed:"; grep -E "panicked|assert|Error|error" "$runs/test-$gen.log" | tail -n 15; } >"$runs/failed-$gen.txt"
     rm -f "$runs/inventory-$gen.json"
   fi
   echo "$gen: $((SECONDS - t0)) s" | tee -a "$runs/durations.txt"

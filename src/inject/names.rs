@@ -16,7 +16,7 @@ pub const WARNINGS_ANNOTATION: &str = "passmower-elector.io/warnings";
 /// The follower's namespace selector: a name no namespace can have (the '_' makes it no
 /// DNS-1123 label, nor subdomain), so the apiserver refuses to create it and lists and watches
 /// resources under it as an empty collection; literal for micromatch and one URL path segment.
-/// The charts' `idleNamespace` values are the same (tests/idle_namespace.rs keeps them so).
+/// The charts' `idleNamespace` values are the same (tests/api/idle_namespace.rs keeps them so).
 pub const DEFAULT_IDLE_NAMESPACE: &str = "passmower-elector_idle";
 /// The target container's name in Passmower's chart.
 pub const DEFAULT_CONTAINER: &str = "passmower";

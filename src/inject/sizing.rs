@@ -18,7 +18,7 @@ use super::options::{AppOnChange, InjectOptions};
 use super::target::PodSite;
 use super::value::at;
 
-/// The standby's resident memory as measured (tests/standby_bench.rs), for the warning.
+/// The standby's resident memory as measured (tests/bench/standby_bench.rs), for the warning.
 const STANDBY_MEASURED: &str = "176-197 MiB beside the serving instance's 132-170 MiB";
 
 /// What one instance of Passmower is given in the rule, in MiB.

@@ -1,0 +1,60 @@
+//! pme-testkit, the test kit of passmower-elector: real parts for the tests to run against —
+//! child processes that cannot outlive the test, free ports, bounded waits, the control plane
+//! (etcd + kube-apiserver), the one-node Kubernetes, pods of elector + supervisor + recording
+//! app, a fault-injecting proxy — and the single-writer oracles that judge what they did.
+//!
+//! Nothing here mocks the API server or the kubelet, and everything listens on loopback or in
+//! network namespaces the kit creates. The kit does not link the product: it runs its binary
+//! ([`elector::binary`]) and reads the repository's scripts and charts ([`repo`]).
+
+pub mod audit;
+pub mod clock;
+pub mod cluster;
+pub mod control_plane;
+pub mod elector;
+pub mod fence;
+pub mod kubeconfig;
+pub mod manifests;
+pub mod node;
+pub mod oracle;
+pub mod passmower;
+pub mod pki;
+pub mod pods;
+pub mod ports;
+pub mod process;
+pub mod proxy;
+pub mod recording_app;
+pub mod supervise;
+pub mod tools;
+pub mod wait;
+
+use std::path::{Path, PathBuf};
+
+pub use clock::BootTime;
+pub use cluster::{client_from_kubeconfig, rules_without, Cluster, TestNs, DEFAULT_LEASE_NAME};
+pub use elector::ElectorProcess;
+pub use oracle::grants::{GrantInterval, GrantRecorder, GrantTimeline, GrantView, Seen};
+pub use ports::{free_port, free_ports};
+pub use proxy::{FaultMode, FaultProxy};
+pub use wait::{wait_until, wait_until_async};
+
+/// The shortened election timings of the scenario tests (D 4s, R 1.5s, P 300ms, K 1s): they
+/// satisfy the same safety rule as the defaults (R + K + 1s < D) and run in seconds.
+pub const FAST_TIMINGS: [&str; 8] = [
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "300ms",
+    "--kill-grace",
+    "1s",
+];
+
+/// The repository's root (the kit is its `testkit/` member): its scripts, charts and docs.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ has a parent")
+        .to_owned()
+}

@@ -1,0 +1,246 @@
+//! What "one writer" means on the node, read from outside the pods: which Passmower process
+//! runs with the real `NAMESPACE_SELECTOR` (from /proc), and whether any operator write in the
+//! apiserver's audit log came from a pod that did not lead at that instant.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::audit::{self, now_us};
+use super::passmower::{self, secret_name, Install, APP_CONTAINER};
+use super::{pods, report, Node};
+
+/// The running Passmower processes (`node ... src/app.js`, not their `supervise` parent) in
+/// `pod`, each with its `NAMESPACE_SELECTOR`. With `--on-change=leader-instance` (inject's
+/// default for Passmower) the leader's pod runs two: the serving instance with the idle
+/// selector and the leader instance with the real one; every other pod runs one.
+///
+/// With `--leader-standby` (inject's default) a pod that does not lead also has a standby, which
+/// runs no Passmower code until its go: it is left out. A standby that got its go is the leader
+/// instance, but its `/proc/PID/environ` still shows the follower environment it started with
+/// (the go changes its environment in the process, which that file does not show), so its
+/// selector is the leader's from the pod's own `supervise --leader-env`.
+pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
+    let Some(id) = pods::container_id(pod, APP_CONTAINER) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for pid in node.container_pids(&id) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if argv
+            .first()
+            .map(|a| a.rsplit(|b| *b == b'/').next() == Some(b"node"))
+            != Some(true)
+            || !argv.iter().any(|a| *a == b"src/app.js")
+        {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let var = |name: &str| {
+            environ
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        let selector = match var(STANDBY_FD_VAR) {
+            None => var("NAMESPACE_SELECTOR"),
+            Some(fd) if standby_waits(pid, &fd) => continue,
+            Some(_) => leader_selector(pod),
+        };
+        found.push((pid, selector));
+    }
+    found
+}
+
+/// The variable through which `supervise --leader-standby` tells a standby its pipe.
+const STANDBY_FD_VAR: &str = "PASSMOWER_ELECTOR_STANDBY_FD";
+
+/// Whether the standby `pid` still waits for its go: its descriptor `fd` is the pipe whose other
+/// end its parent (the supervisor) still holds. The supervisor closes its end with the go, and
+/// the standby its own once it has read it.
+fn standby_waits(pid: i32, fd: &str) -> bool {
+    let Ok(pipe) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+        return false;
+    };
+    if !pipe.to_string_lossy().starts_with("pipe:") {
+        return false;
+    }
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("PPid:"))
+                .map(|p| p.trim().to_owned())
+        });
+    let Some(parent) = parent else {
+        return false;
+    };
+    std::fs::read_dir(format!("/proc/{parent}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+}
+
+/// The leader's `NAMESPACE_SELECTOR` as the pod's `supervise` gives it (`--leader-env=…`).
+fn leader_selector(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == APP_CONTAINER)?
+        .args
+        .as_ref()?
+        .iter()
+        .find_map(|a| a.strip_prefix("--leader-env=NAMESPACE_SELECTOR="))
+        .map(str::to_owned)
+}
+
+/// Whether the install runs Passmower with a separate leader instance (inject's default; the
+/// webhook shares inject's rewrite, so a webhook install's pods say so in their spec).
+pub fn leader_instance_mode(install: &Install) -> bool {
+    install.manifest.contains("--on-change=leader-instance")
+}
+
+/// Asserts the whole audit log so far: no two pods' leadership overlaps, and every operator
+/// write by Passmower's ServiceAccount came from the pod that led at that instant.
+pub fn assert_single_writer(node: &Node, install: &Install) -> Vec<audit::Tenure> {
+    let writes = audit::read(&node.audit_log());
+    let tenures = audit::tenures(
+        &writes,
+        &install.namespace,
+        passmower::NAME,
+        install.bound_us(),
+        now_us(),
+    );
+    let bad = audit::single_writer_violations(&writes, &tenures, &install.user());
+    assert!(
+        bad.is_empty(),
+        "single-writer violations:\n{}\ntenures: {tenures:#?}",
+        bad.join("\n")
+    );
+    tenures
+}
+
+/// Asserts that one replica operates and the others only serve: exactly one Passmower process
+/// runs with the real `NAMESPACE_SELECTOR`, in the Lease holder's pod; an OIDCClient
+/// `client_name` created now is reconciled, every operator write for it coming from that pod;
+/// and the whole audit log so far has a single writer. Reports what it saw.
+pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &str) {
+    let client = node.admin_client().await;
+    let leader = install.leader_pod(&client).await.expect("a leader pod");
+    let leader_name = leader.metadata.name.clone().unwrap_or_default();
+    let real = Some(install.namespace.clone());
+    let mut selectors: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    let mut specs = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ok = loop {
+        selectors.clear();
+        specs.clear();
+        for p in install.pods(&client).await {
+            specs.push_str(&serde_json::to_string(&p.spec).unwrap_or_default());
+            selectors.insert(
+                p.metadata.name.clone().unwrap_or_default(),
+                app_processes(node, &p)
+                    .into_iter()
+                    .map(|(_, s)| s)
+                    .collect(),
+            );
+        }
+        let leaders = selectors.values().flatten().filter(|s| **s == real).count();
+        if leaders == 1
+            && selectors
+                .values()
+                .all(|v| !v.is_empty() && v.iter().all(Option::is_some))
+        {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        ok,
+        "want exactly one Passmower process with NAMESPACE_SELECTOR={}: {selectors:?}",
+        install.namespace
+    );
+    assert!(
+        selectors
+            .get(&leader_name)
+            .is_some_and(|v| v.contains(&real)),
+        "the real selector is not in the Lease holder's pod {leader_name}: {selectors:?}"
+    );
+    // The pods' own spec tells the mode: a post-renderer install's manifest says it too, a
+    // webhook install's manifest never does (the webhook rewrites the pods, not the chart).
+    if leader_instance_mode(install) || specs.contains("--on-change=leader-instance") {
+        // Every pod serves with the idle selector, the leader's pod included: its operators run
+        // in a second instance beside the serving one.
+        for (pod, found) in &selectors {
+            assert_eq!(
+                found.iter().filter(|s| **s != real).count(),
+                1,
+                "pod {pod} does not run exactly one serving instance: {found:?}"
+            );
+        }
+    }
+    report(&format!("selectors: {selectors:?} (leader {leader_name})"));
+
+    // An OIDCClient created through the API is reconciled, by the leader pod only.
+    let t0 = Instant::now();
+    install.create_client(&client, client_name).await;
+    let reconciled =
+        crate::wait_until_async(Duration::from_secs(60), Duration::from_millis(100), || {
+            install.client_reconciled(&client, client_name)
+        })
+        .await;
+    assert!(reconciled, "OIDCClient {client_name} not reconciled in 60s");
+    report(&format!(
+        "OIDCClient {client_name} reconciled {:.0} ms after its creation",
+        t0.elapsed().as_secs_f64() * 1000.0
+    ));
+    // Let late writes (e.g. a second status patch) reach the log before reading it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes = audit::read(&node.audit_log());
+    let leader_ip = pods::pod_ip(&leader).expect("leader IP");
+    let secret = secret_name(client_name);
+    let touching: Vec<&audit::Write> = writes
+        .iter()
+        .filter(|w| w.user == install.user() && w.is_operator_write() && w.succeeded())
+        .filter(|w| {
+            (w.resource == "oidcclients" && w.name == client_name)
+                || (w.resource == "secrets" && w.name == secret)
+        })
+        .collect();
+    assert!(
+        !touching.is_empty(),
+        "no operator write for OIDCClient {client_name} in the audit log"
+    );
+    for w in &touching {
+        assert_eq!(
+            w.source_ip, leader_ip,
+            "OIDCClient {client_name} was written by {} (not the leader {leader_name} at {leader_ip}): {w:?}",
+            w.source_ip
+        );
+    }
+    let secret_creates = touching
+        .iter()
+        .filter(|w| w.resource == "secrets" && w.verb == "create")
+        .count();
+    assert_eq!(
+        secret_creates, 1,
+        "the client's Secret was created {secret_creates} times"
+    );
+    report(&format!(
+        "OIDCClient {client_name}: {} operator writes, all from the leader {leader_name} ({leader_ip}): {:?}",
+        touching.len(),
+        touching
+            .iter()
+            .map(|w| format!("{} {}{}", w.verb, w.resource, if w.subresource.is_empty() { String::new() } else { format!("/{}", w.subresource) }))
+            .collect::<Vec<_>>()
+    ));
+    assert_single_writer(node, install);
+}
