@@ -4,7 +4,7 @@
 //! plugin, kustomize, and kubectl on a live install. The text must name the upstream chart as
 //! users install it (`oci://ghcr.io/passmower/charts/passmower --version 1.3.0`); here that
 //! reference resolves to the upstream chart directory, and installs skip the chart's hook Job
-//! (no kubelet runs it), as tests/inject_support/tools.rs explains. Then the result is checked
+//! (no kubelet runs it), as testkit/src/tools.rs explains. Then the result is checked
 //! on the server.
 
 use std::time::Duration;
