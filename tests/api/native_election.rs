@@ -28,7 +28,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use nix::sys::signal::Signal;
 use passmower_elector::inject::native_election::{DEFAULT_NATIVE_LEASE, ENABLED_VAR};
 use passmower_elector::inject::{inject, InjectOptions};
-use pme_testkit::fence::{install_crds_of, oidc_clients};
+use pme_testkit::fence::{create_client, install_crds_of, oidc_clients};
 use pme_testkit::free_port;
 use pme_testkit::passmower::{passmower_keys, start_redis};
 use pme_testkit::supervise::{Sandbox, Supervisor};
@@ -327,27 +327,6 @@ async fn upstream_holder(admin: &kube::Client, ns: &str) -> Option<String> {
         .await
         .expect("read Lease passmower-operators")
         .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default())
-}
-
-async fn create_client(admin: &kube::Client, ns: &str, name: &str) {
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "codemowers.cloud/v1beta1",
-        "kind": "OIDCClient",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "displayName": name,
-            "uri": "https://app.example.com/",
-            "redirectUris": ["https://app.example.com/callback"],
-            "grantTypes": ["authorization_code"],
-            "responseTypes": ["code"],
-            "availableScopes": ["openid"],
-        },
-    }))
-    .expect("OIDCClient");
-    Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients())
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create OIDCClient {name}: {e}"));
 }
 
 /// Whether client `name` carries the Ready condition its operator writes once reconciled.
