@@ -20,7 +20,11 @@ use super::{pods, report, Node};
 /// runs no Passmower code until its go: it is left out. A standby that got its go is the leader
 /// instance, but its `/proc/PID/environ` still shows the follower environment it started with
 /// (the go changes its environment in the process, which that file does not show), so its
-/// selector is the leader's from the pod's own `supervise --leader-env`.
+/// selector is the leader's from the pod's own `supervise --leader-env`. A standby whose pipe is
+/// closed but that holds no socket yet is left out too: it was either withdrawn (its supervisor
+/// shuts down; it exits without running the app) or given the go and has not reached the API
+/// server or Redis, so it can write nothing yet. Counting it made a rollout, which withdraws
+/// the standbys of two old pods at once, read as two pods running operators.
 pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
     let Some(id) = pods::container_id(pod, APP_CONTAINER) else {
         return Vec::new();
@@ -48,6 +52,7 @@ pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
         let selector = match var(STANDBY_FD_VAR) {
             None => var("NAMESPACE_SELECTOR"),
             Some(fd) if standby_waits(pid, &fd) => continue,
+            Some(_) if !holds_a_socket(pid) => continue,
             Some(_) => leader_selector(pod),
         };
         found.push((pid, selector));
@@ -83,6 +88,18 @@ fn standby_waits(pid: i32, fd: &str) -> bool {
         .flatten()
         .flatten()
         .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+}
+
+/// Whether process `pid` has a socket open: the app's first connection (to the API server or
+/// Redis) is its first; a standby that waits or was withdrawn has none.
+fn holds_a_socket(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
 }
 
 /// The leader's `NAMESPACE_SELECTOR` as the pod's `supervise` gives it (`--leader-env=…`).
