@@ -34,7 +34,8 @@ pub enum OnError {
 pub enum AppOnChange {
     /// The app keeps serving with the follower environment; while leader a second, operator-only
     /// instance runs beside it with its Node listeners moved to loopback
-    /// (`--on-change=leader-instance --leader-port-map=*=0`). No handover takes HTTP down.
+    /// (`--on-change=leader-instance --leader-port-map=*=0`, and `--leader-standby` unless
+    /// `--no-leader-standby`). No handover takes HTTP down.
     LeaderInstance,
     /// The app is restarted with the other environment on every change (HTTP is down while it
     /// boots); for apps of which two instances cannot run in one pod.
@@ -99,6 +100,12 @@ pub struct SidecarArgs {
     /// `leader-instance` for container `passmower`, else `restart`.
     #[arg(long, env = "ELECTOR_ON_CHANGE", value_enum)]
     pub on_change: Option<AppOnChange>,
+    /// With `leader-instance`: no warm standby. By default `supervise --leader-standby` keeps the
+    /// leader instance started ahead in every pod that does not lead (its dependencies imported,
+    /// no app code run until the promotion), so a handover does not wait for Node to boot; that
+    /// costs each such pod about one more app instance's memory, as the leader pod uses anyway.
+    #[arg(long, env = "ELECTOR_NO_LEADER_STANDBY")]
+    pub no_leader_standby: bool,
     /// Run the elector as a plain container instead of a native sidecar (initContainer with
     /// restartPolicy: Always), for clusters older than Kubernetes 1.29.
     #[arg(long, env = "ELECTOR_CLASSIC_SIDECAR")]
@@ -253,6 +260,9 @@ pub struct InjectOptions {
     pub app_command: Option<Vec<String>>,
     /// How the app goes between modes; `None`: `LeaderInstance` for Passmower, else `Restart`.
     pub on_change: Option<AppOnChange>,
+    /// With `LeaderInstance`: keep a warm standby of the leader instance in pods that do not
+    /// lead (`supervise --leader-standby`).
+    pub leader_standby: bool,
     /// Elector as a plain container rather than a native sidecar.
     pub classic_sidecar: bool,
     /// The cluster's Kubernetes version; `None`: 1.30 or later (everything emitted is served).
@@ -322,6 +332,7 @@ impl InjectOptions {
             image_pull_secrets: Vec::new(),
             app_command: None,
             on_change: None,
+            leader_standby: true,
             classic_sidecar: false,
             kube_version: None,
             kinds: vec![WorkloadKind::Deployment],
@@ -367,6 +378,7 @@ impl SidecarArgs {
             image_pull_secrets: self.image_pull_secrets.clone(),
             app_command,
             on_change: self.on_change,
+            leader_standby: !self.no_leader_standby,
             classic_sidecar: self.classic_sidecar,
             kube_version: self.kube_version,
             lease_name: self.lease_name.clone(),

@@ -1,13 +1,16 @@
 //! Whether the app container's memory limit leaves room for the leader instance: with
 //! `--on-change=leader-instance` the leader pod runs the app twice, and a limit sized for one
-//! instance gets the app container OOM-killed when its pod is promoted. Also the Kubernetes
-//! quantity parser the check reads the limit with.
+//! instance gets the app container OOM-killed when its pod is promoted. With the warm standby
+//! (`--leader-standby`, inject's default) every other pod runs the app twice as well, the
+//! standby taking about what the leader instance takes, so such a limit fails in every pod
+//! at once. Also the Kubernetes quantity parser the check reads the limit with.
 //!
-//! The rule: warn when `resources.limits.memory` is below 2 × 160Mi = 320Mi. Measured on
-//! Passmower (docs/results/handover.md), the serving instance takes about 180 MiB RSS and the
-//! leader instance 126–130 MiB idle, about 310 MiB together; 160Mi is that split evenly and
-//! rounded up. What the app needs beyond idle cannot be known here, so the rule only catches a
-//! limit that cannot hold two idle instances. No limit, no warning: nothing is capped.
+//! The rule: warn when `resources.limits.memory` is below 2 × 200Mi = 400Mi. Measured on
+//! Passmower 1.3.0 and 2.4 after a 20 s idle window (docs/results/standby.md): the serving
+//! instance takes 132–170 MiB RSS, a leader instance 145–179 MiB and a waiting standby
+//! 176–197 MiB; 200Mi per instance covers each of them. What the app needs beyond idle cannot
+//! be known here, so the rule only catches a limit that cannot hold two idle instances. No
+//! limit, no warning: nothing is capped.
 
 use serde_norway::{Mapping, Value};
 
@@ -15,8 +18,11 @@ use super::options::{AppOnChange, InjectOptions};
 use super::target::PodSite;
 use super::value::at;
 
+/// The standby's resident memory as measured (tests/bench/standby_bench.rs), for the warning.
+const STANDBY_MEASURED: &str = "176-197 MiB beside the serving instance's 132-170 MiB";
+
 /// What one instance of Passmower is given in the rule, in MiB.
-pub const INSTANCE_MIB: u64 = 160;
+pub const INSTANCE_MIB: u64 = 200;
 /// The smallest memory limit that is not warned about, in MiB: two instances.
 pub const LEADER_POD_MIB: u64 = 2 * INSTANCE_MIB;
 
@@ -39,12 +45,27 @@ pub fn memory_limit_warning(
         "{}: {}.containers[{}].resources.limits.memory",
         site.workload, site.path, opts.container
     );
-    let need = format!(
+    let second = if opts.leader_standby {
+        format!(
+            "every pod runs a second instance of the app: its leader instance while it leads \
+             (--on-change=leader-instance), else its warm standby (--leader-standby; \
+             measured on Passmower: {STANDBY_MEASURED})"
+        )
+    } else {
         "while this pod leads it runs a second instance of the app \
-         (--on-change=leader-instance; measured on Passmower: 126-130 MiB beside the serving \
-         instance's 180 MiB), so the limit must hold both: at least {LEADER_POD_MIB}Mi \
+         (--on-change=leader-instance; measured on Passmower: 145-179 MiB beside the serving \
+         instance's 132-170 MiB)"
+            .to_owned()
+    };
+    let need = format!(
+        "{second}, so the limit must hold both: at least {LEADER_POD_MIB}Mi \
          (2 x {INSTANCE_MIB}Mi)"
     );
+    let when = if opts.leader_standby {
+        "in every pod, the standby's first"
+    } else {
+        "when its pod becomes leader"
+    };
     let Some(bytes) = quantity_value(limit) else {
         return Some(format!(
             "{field} {} is not a Kubernetes quantity (such as 512Mi, 0.5Gi or 300M), so it \
@@ -55,8 +76,8 @@ pub fn memory_limit_warning(
     (bytes < (LEADER_POD_MIB * MI) as f64).then(|| {
         format!(
             "{field} is {}, below {LEADER_POD_MIB}Mi: {need}, or the container is OOM-killed \
-             when its pod becomes leader. Raise it, or pass --on-change=restart (one instance \
-             at a time; HTTP is down on every handover)",
+             {when}. Raise it, or pass --on-change=restart (one instance at a time; HTTP is \
+             down on every handover)",
             shown(limit)
         )
     })
@@ -196,7 +217,15 @@ mod tests {
 
     #[test]
     fn a_limit_below_two_instances_is_warned_about_with_what_to_set() {
-        for limit in ["256Mi", "0.25Gi", "300M", "335544319", "319Mi"] {
+        for limit in [
+            "256Mi",
+            "0.25Gi",
+            "300M",
+            "419430399",
+            "399Mi",
+            "320Mi",
+            "336M",
+        ] {
             let text = warning(&format!("{{limits: {{memory: {limit}}}}}"), &opts())
                 .unwrap_or_else(|| panic!("{limit}: no warning"));
             assert!(
@@ -206,19 +235,30 @@ mod tests {
                 "{text}"
             );
             assert!(text.contains(limit), "{text}");
-            assert!(text.contains("at least 320Mi"), "{text}");
+            assert!(text.contains("at least 400Mi"), "{text}");
             assert!(text.contains("--on-change=restart"), "{text}");
+            assert!(text.contains("warm standby (--leader-standby"), "{text}");
+            assert!(text.contains("OOM-killed in every pod"), "{text}");
         }
+        // Without the standby only the leader's pod runs two instances.
+        let cold = InjectOptions {
+            leader_standby: false,
+            ..opts()
+        };
+        let text = warning("{limits: {memory: 256Mi}}", &cold).expect("warned");
+        assert!(text.contains("while this pod leads"), "{text}");
+        assert!(text.contains("when its pod becomes leader"), "{text}");
+        assert!(!text.contains("standby"), "{text}");
     }
 
     #[test]
     fn a_limit_that_holds_two_instances_or_none_at_all_is_not_warned_about() {
         for resources in [
-            "{limits: {memory: 320Mi}}",
+            "{limits: {memory: 400Mi}}",
             "{limits: {memory: 512Mi}}",
             "{limits: {memory: 0.5Gi}}",
-            "{limits: {memory: 336M}}",
-            "{limits: {memory: 335544320}}",
+            "{limits: {memory: 420M}}",
+            "{limits: {memory: 419430400}}",
             "{limits: {memory: 1G}}",
             "{limits: {memory: null}}",
             "{limits: {cpu: 100m}}",
@@ -236,7 +276,7 @@ mod tests {
             let text = warning(&format!("{{limits: {{memory: {limit}}}}}"), &opts())
                 .unwrap_or_else(|| panic!("{limit}: no warning"));
             assert!(text.contains("is not a Kubernetes quantity"), "{text}");
-            assert!(text.contains("at least 320Mi"), "{text}");
+            assert!(text.contains("at least 400Mi"), "{text}");
         }
     }
 

@@ -376,16 +376,25 @@ fn wrap_main_container(
 /// its operators in a second one while leader; every listener of that one goes to a free
 /// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
 /// port it opens — but the metrics port goes to a fixed one, which the elector serves at
-/// `/metrics/leader-app` for a PodMonitor. Passmower's container also gets `--converge-oidc-clients`: its client
+/// `/metrics/leader-app` for a PodMonitor. Unless `--no-leader-standby`, that second instance is
+/// kept started ahead in pods that do not lead, so a promotion does not wait for Node's boot
+/// (measured on Passmower: about as much memory as the leader instance, which every pod's limit
+/// must hold anyway). Passmower's container also gets `--converge-oidc-clients`: its client
 /// operator skips a client already in Redis, so a Secret create the write fence refused at a
 /// takeover would otherwise stay missing until the OIDCClient changes.
 fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
     let mut flags = match opts.app_on_change() {
-        AppOnChange::LeaderInstance => vec![
-            "--on-change=leader-instance".to_owned(),
-            format!("--leader-port-map={APP_METRICS_PORT}={LEADER_APP_METRICS_PORT}"),
-            "--leader-port-map=*=0".to_owned(),
-        ],
+        AppOnChange::LeaderInstance => {
+            let mut flags = vec![
+                "--on-change=leader-instance".to_owned(),
+                format!("--leader-port-map={APP_METRICS_PORT}={LEADER_APP_METRICS_PORT}"),
+                "--leader-port-map=*=0".to_owned(),
+            ];
+            if opts.leader_standby {
+                flags.push("--leader-standby".to_owned());
+            }
+            flags
+        }
         AppOnChange::Restart => Vec::new(),
     };
     if opts.container == DEFAULT_CONTAINER {

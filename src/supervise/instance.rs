@@ -160,6 +160,14 @@ impl Instance {
         Some((r.pid, r.mode))
     }
 
+    /// Kills a running instance's whole group at once, without a grace (see
+    /// [`GroupStop::kill_now`]); the stop ends once the group is gone. Returns its PID.
+    pub fn kill(&mut self) -> Option<Pid> {
+        let r = self.take_running()?;
+        self.state = State::Stopping(GroupStop::kill_now(r.pid));
+        Some(r.pid)
+    }
+
     /// A running instance's main process was sent a (forwarded shutdown) signal: the rest of its
     /// group gets SIGTERM once it exits, and everything SIGKILL at `kill_at(mode)`.
     pub fn signalled(&mut self, kill_at: impl FnOnce(Mode) -> BootInstant) {

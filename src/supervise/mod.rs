@@ -40,6 +40,10 @@
 //!   counted as failed leader starts). Signals go to both; at shutdown the supervisor exits once
 //!   both groups are gone, with the serving instance's status. `--leader-port-map` moves a Node
 //!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
+//! - With `--leader-standby` a third process group runs while the pod does not lead: the
+//!   leader instance started ahead, with the follower environment, its dependencies imported,
+//!   blocked before the app's first line until the go (see `standby.rs`). A promotion gives it
+//!   the go instead of starting a process; it exits on EOF when the supervisor is gone.
 //!
 //! This file holds the wiring of the tasks (the runtime and the exit codes are
 //! [`crate::runtime`]'s); the flags and their checks are in `options.rs`, the loop in
@@ -55,6 +59,7 @@ mod options;
 mod port_map;
 mod serving;
 mod settings;
+mod standby;
 mod status;
 mod stop;
 mod supervisor;

@@ -364,6 +364,7 @@ mod tests {
                 Duration::from_secs(60),
             ),
             converge: None,
+            standby: None,
         };
         (Obedience::new(&settings, trust), key)
     }

@@ -10,6 +10,7 @@ use super::converge;
 use super::mode::{self, Backoff, OnChange, OnFollower};
 use super::port_map;
 use super::settings::Settings;
+use super::standby::{self, StandbySpec};
 use crate::config::{parse_key_value, parse_positive_duration, ConfigError};
 use crate::grant;
 
@@ -129,6 +130,17 @@ pub struct SuperviseArgs {
     #[arg(long, env = "ELECTOR_LEADER_PORT_MAP", value_name = "FROM=TO",
         value_parser = port_map::parse_entry, value_delimiter = '\n')]
     pub leader_port_map: Vec<(Option<u16>, u16)>,
+
+    /// With --on-change=leader-instance and --leader-port-map (a Node.js app): while this pod
+    /// does not lead, keep a standby leader instance started, with the follower environment,
+    /// that imports the app's dependencies and then waits, running no app code, for the go; a
+    /// promotion sends it the leader environment through a pipe only the supervisor holds
+    /// instead of starting a new process, so Node's boot is out of the handover. EOF on that pipe
+    /// (the supervisor died, or withdrew it) makes the standby exit without running the app. It
+    /// costs one more Node process (its module cache) in every pod that does not lead. Not with
+    /// --leader-args (the standby is started before the promotion).
+    #[arg(long, env = "ELECTOR_LEADER_STANDBY")]
+    pub leader_standby: bool,
 
     /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
     /// At least 100ms.
@@ -306,6 +318,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     check_durations(&args)?;
     let leader_env = leader_instance_env(&args, addr)?;
     let converge = converge_settings(&args, &leader_env)?;
+    let standby = standby_settings(&args, &leader_env)?;
     let on_follower = match args.on_change {
         // The serving instance is what runs as follower; the grant-following child (the leader
         // instance) runs only while leader.
@@ -342,6 +355,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
                 args.restart_backoff_reset,
             ),
             converge,
+            standby,
         },
         flag_file: args.flag_file,
         reread: args.reread_interval,
@@ -382,6 +396,45 @@ fn converge_settings(
         selector: leader_value("NAMESPACE_SELECTOR"),
         deployment: leader_value("DEPLOYMENT_NAME"),
     }))
+}
+
+/// `--leader-standby`'s start and go, from the follower environment and the leader instance's
+/// (its preloads included); refused without a Node leader instance to warm (leader-instance with
+/// a port map, whose preload the standby's follows) and with `--leader-args`, which would be in
+/// the standby's command line before any promotion.
+fn standby_settings(
+    args: &SuperviseArgs,
+    leader_env: &[(String, String)],
+) -> Result<Option<StandbySpec>, ConfigError> {
+    if !args.leader_standby {
+        return Ok(None);
+    }
+    let refuse = |reason: String| ConfigError::new("--leader-standby", "true", reason);
+    if args.on_change != OnChange::LeaderInstance {
+        return Err(refuse(format!(
+            "needs --on-change=leader-instance (not {}): the standby is a leader instance \
+             started ahead of the promotion",
+            args.on_change
+        )));
+    }
+    if args.leader_port_map.is_empty() {
+        return Err(refuse(
+            "needs --leader-port-map (a Node.js app, 18.18 or later): the standby waits in a \
+             Node preload loaded after the port map's, and its listeners must move like a \
+             leader instance's (Passmower: --leader-port-map='*=0')"
+                .to_owned(),
+        ));
+    }
+    if let Some(first) = args.leader_args.first() {
+        return Err(refuse(format!(
+            "cannot be combined with --leader-args ({first}): the standby is started before the \
+             promotion, so its command line would carry the leader's arguments while it follows; \
+             give the leader's settings with --leader-env instead"
+        )));
+    }
+    StandbySpec::new(&args.follower_env, leader_env, standby::inherited)
+        .map(Some)
+        .map_err(refuse)
 }
 
 /// The re-read interval and the restart backoff within their ranges (see [`MIN_REREAD`],

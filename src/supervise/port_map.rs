@@ -229,7 +229,7 @@ impl PortMap {
     /// first and its `--require`s taken out), the table, and the `--require`d modules for the
     /// preload to load after its patch (see the module doc).
     pub fn env(&self, inherited: Option<&str>) -> Vec<(String, String)> {
-        let import = format!("--import=data:text/javascript;base64,{}", encode(PRELOAD));
+        let import = data_import(PRELOAD);
         let existing = inherited.map(str::trim).filter(|s| !s.is_empty());
         let (node_options, required) = match existing.map(|e| (e, take_requires(e))) {
             None => (import, Vec::new()),
@@ -250,6 +250,12 @@ impl PortMap {
         }
         env
     }
+}
+
+/// The `NODE_OPTIONS` word that preloads ES module `source` from a `data:` URL: no file, and no
+/// space (base64) for `NODE_OPTIONS` to split on.
+pub fn data_import(source: &str) -> String {
+    format!("--import=data:text/javascript;base64,{}", encode(source))
 }
 
 /// Standard base64 (RFC 4648, with padding): the preload's `data:` URL must hold no space,

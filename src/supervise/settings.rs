@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::converge::Converge;
 use super::mode::{Backoff, OnChange, OnFollower};
+use super::standby::StandbySpec;
 
 /// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
 #[derive(Debug, Clone)]
@@ -34,4 +35,6 @@ pub struct Settings {
     pub backoff: Backoff,
     /// `--converge-oidc-clients`: the check run before each leader start.
     pub converge: Option<Converge>,
+    /// `--leader-standby`: how the warm standby of the leader instance is started and told to go.
+    pub standby: Option<StandbySpec>,
 }

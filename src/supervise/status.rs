@@ -42,6 +42,9 @@ pub struct Status {
     /// (the `child_*` fields then describe the leader instance, absent while follower).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serving: Option<ServingStatus>,
+    /// With `--leader-standby`, the warm standby of the leader instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyStatus>,
     /// With `--converge-oidc-clients`, what the promotion checks found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub converge: Option<ConvergeStatus>,
@@ -68,4 +71,20 @@ pub struct ServingStatus {
     pub pid: Option<i32>,
     /// Restarts after it exited on its own.
     pub restarts: u64,
+}
+
+/// What `GET /mode` says about the standby of `--leader-standby`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct StandbyStatus {
+    /// A standby waits for the go: the next promotion starts no new process.
+    pub ready: bool,
+    /// The waiting standby's PID.
+    pub pid: Option<i32>,
+    /// Standbys started so far.
+    pub spawned: u64,
+    /// Promotions that gave a waiting standby the go.
+    pub used: u64,
+    /// Promotions that found none waiting (or could not send the go) and started the leader
+    /// instance afresh.
+    pub missed: u64,
 }

@@ -72,6 +72,20 @@ impl GroupStop {
         }
     }
 
+    /// SIGKILL to the whole group now, with no grace: for a process that runs no app code (the
+    /// standby of `--leader-standby`), which has nothing to wind down.
+    pub fn kill_now(pgid: Pid) -> Self {
+        child::signal_group(pgid, Signal::SIGKILL);
+        GroupStop {
+            pgid,
+            main_alive: true,
+            group_termed: true,
+            kill_at: BootInstant::from_nanos(0),
+            killed: true,
+            exit: None,
+        }
+    }
+
     pub fn main_exited(&mut self, exit: Exit) {
         self.main_alive = false;
         self.exit = Some(exit);

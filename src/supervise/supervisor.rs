@@ -23,6 +23,7 @@ use super::mode::{self, OnChange, SignalDemotion, Step};
 use super::obedience::{Channel, LeaderCounts, Obedience, Offer};
 use super::serving::Serving;
 use super::settings::Settings;
+use super::standby::{Go, Standby};
 use super::status::{ConvergeStatus, Status};
 use super::toggle::{Push, Reply};
 use super::trust::Trust;
@@ -89,6 +90,8 @@ pub struct Supervisor {
     leader_crashes: u64,
     /// With `--on-change=leader-instance`: the instance that serves whatever the grant says.
     serving: Option<Serving>,
+    /// With `--leader-standby`: the leader instance started ahead, waiting for the go.
+    standby: Option<Standby>,
     converge: ConvergeState,
     converged_tx: mpsc::UnboundedSender<Converged>,
     converged_rx: Option<mpsc::UnboundedReceiver<Converged>>,
@@ -102,8 +105,13 @@ impl Supervisor {
         let serving = (settings.on_change == OnChange::LeaderInstance)
             .then(|| Serving::new(settings.backoff.clone()));
         let (converged_tx, converged_rx) = mpsc::unbounded_channel();
+        let standby = settings
+            .standby
+            .as_ref()
+            .map(|_| Standby::new(settings.backoff.clone()));
         Supervisor {
             serving,
+            standby,
             converge: ConvergeState::default(),
             converged_tx,
             converged_rx: Some(converged_rx),
@@ -159,6 +167,7 @@ impl Supervisor {
         self.reconcile();
         loop {
             self.serving_follows_shutdown();
+            self.tend_standby();
             if let Some(code) = self.finished() {
                 return code;
             }
@@ -172,6 +181,10 @@ impl Supervisor {
             let demoted_at = self.demoting_until();
             let serving_at = self
                 .serving
+                .as_ref()
+                .and_then(|s| s.wake_at(BootInstant::now()));
+            let standby_at = self
+                .standby
                 .as_ref()
                 .and_then(|s| s.wake_at(BootInstant::now()));
             tokio::select! {
@@ -200,6 +213,8 @@ impl Supervisor {
                         serving.tick(&self.settings, BootInstant::now());
                     }
                 }
+                // The loop's next turn tends the standby (`tend_standby`).
+                _ = sleep_until(standby_at) => {}
             }
         }
     }
@@ -256,6 +271,9 @@ impl Supervisor {
             if let Some(serving) = &mut self.serving {
                 serving.shutdown(true, BootInstant::now(), grace);
             }
+            if let Some(standby) = &mut self.standby {
+                standby.withdraw("the supervisor is shutting down");
+            }
             let kill_at = self.obedience.kill_deadline(BootInstant::now());
             self.child.signalled(kill_at);
             self.crash_hold = None;
@@ -305,6 +323,12 @@ impl Supervisor {
         for (pid, exit) in child::reap_all() {
             if self.serving_exited(pid, exit) {
                 continue;
+            }
+            let now = BootInstant::now();
+            if let Some(standby) = &mut self.standby {
+                if standby.on_exit(pid, exit, now) {
+                    continue;
+                }
             }
             if !self.on_main_exit(pid, exit) {
                 tracing::debug!(pid = pid.as_raw(), %exit, "reaped an orphaned process");
@@ -518,11 +542,17 @@ impl Supervisor {
             return; // the check's result brings us back
         }
         let after_crash = after_crash || std::mem::take(&mut self.converge.after_crash);
-        let (env, args) = match m {
-            Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
-            _ => (&self.settings.follower_env, &self.settings.follower_args),
+        let started = match self.go_standby(m, now) {
+            Some(pid) => Ok(pid),
+            None => {
+                let (env, args) = match m {
+                    Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
+                    _ => (&self.settings.follower_env, &self.settings.follower_args),
+                };
+                self.child.spawn(&self.settings.command, args, env, m, now)
+            }
         };
-        match self.child.spawn(&self.settings.command, args, env, m, now) {
+        match started {
             Ok(pid) => {
                 if after_crash {
                     self.restarts += 1;
@@ -555,6 +585,58 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// With `--leader-standby`, a leader start gives the waiting standby the go instead of starting
+    /// a new process: it becomes the child, started now. `None`: start afresh (not a leader
+    /// start, no standby configured, none waiting, or the go could not be sent).
+    fn go_standby(&mut self, m: Mode, now: BootInstant) -> Option<Pid> {
+        let (Mode::Leader, Some(spec), Some(standby)) =
+            (m, self.settings.standby.as_ref(), self.standby.as_mut())
+        else {
+            return None;
+        };
+        match standby.go(spec, now) {
+            Go::Given(leader) => {
+                // The child is idle here (a leader start happens only then), and the standby
+                // is running: it simply takes the child's place.
+                self.child = leader;
+                let pid = self.child.main_pid();
+                if let Some(pid) = pid {
+                    tracing::info!(
+                        pid = pid.as_raw(),
+                        "standby given the go: it is the leader instance now"
+                    );
+                }
+                pid
+            }
+            Go::NotReady => {
+                tracing::info!("no standby waiting; starting the leader instance afresh");
+                None
+            }
+            Go::Failed(error) => {
+                tracing::warn!(%error, "cannot give the standby the go; starting the leader instance afresh");
+                None
+            }
+        }
+    }
+
+    /// Keeps one standby waiting while it is wanted: this pod is not owed leader, no leader
+    /// instance runs or stops (a new standby only once the old leader instance is gone), and the
+    /// supervisor is not shutting down (then it is withdrawn).
+    fn tend_standby(&mut self) {
+        let (Some(spec), Some(standby)) = (self.settings.standby.as_ref(), self.standby.as_mut())
+        else {
+            return;
+        };
+        if self.shutdown.is_some() {
+            standby.withdraw("the supervisor is shutting down");
+        }
+        let now = BootInstant::now();
+        let wanted = self.shutdown.is_none()
+            && self.child.is_idle()
+            && self.obedience.target(now) != Mode::Leader;
+        standby.tick(wanted, &self.settings, spec, now);
     }
 
     /// Whether a leader start may go ahead: without `--converge-oidc-clients`, or once this
@@ -688,7 +770,10 @@ impl Supervisor {
     /// The exit code once shutdown has finished: the child and its whole group are gone.
     fn finished(&mut self) -> Option<u8> {
         let sd = self.shutdown.as_ref()?;
-        if !self.child.is_idle() || self.serving.as_ref().is_some_and(|s| !s.gone()) {
+        if !self.child.is_idle()
+            || self.serving.as_ref().is_some_and(|s| !s.gone())
+            || self.standby.as_ref().is_some_and(|s| !s.gone())
+        {
             return None;
         }
         let serving_code = self
@@ -730,6 +815,7 @@ impl Supervisor {
             restarts: self.restarts,
             on_change: self.settings.on_change.to_string(),
             serving: self.serving.as_ref().map(Serving::status),
+            standby: self.standby.as_ref().map(Standby::status),
             transitioning: self.child.is_stopping() || self.demoting_until().is_some(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
             expires_at: expiry.map(clock::rfc3339_of),

@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 
 use crate::clock::BootTime;
 pub use crate::oracle::runs::AppRun;
-use crate::recording_app::{self, OnTerm, RecordingApp};
+use crate::recording_app::{self, OnTerm, Program, RecordingApp};
 use crate::wait::POLL;
 use crate::{free_port, wait_until, ElectorProcess, FaultProxy, TestNs, FAST_TIMINGS};
 
@@ -29,6 +29,9 @@ pub struct PodSpec {
     pub leader_crash_after: Option<String>,
     /// What the app does on SIGTERM.
     pub on_term: OnTerm,
+    /// The app as a sh script or as a Node.js module (for the supervisor's Node-only modes,
+    /// `--leader-port-map` and `--leader-standby`).
+    pub program: Program,
     /// The app's idle sleep (see [`RecordingApp::idle`]).
     pub app_idle: &'static str,
     /// `supervise` flags besides the flag file, the toggle, the mode environments and the
@@ -59,6 +62,7 @@ impl Default for PodSpec {
         PodSpec {
             leader_crash_after: None,
             on_term: OnTerm::Exit(0),
+            program: Program::Sh,
             app_idle: "0.05",
             supervisor_flags: Vec::new(),
             elector_flags: Vec::new(),
@@ -111,7 +115,8 @@ pub struct Pod {
     port: u16,
     ns: TestNs,
     spec: PodSpec,
-    app: PathBuf,
+    /// The app's command (see [`RecordingApp::command`]).
+    app: Vec<String>,
     pub proxy: Option<FaultProxy>,
     kubeconfig: PathBuf,
     /// The pod's elector (the one [`Pod::tend`] restarts).
@@ -198,12 +203,13 @@ impl Pod {
         };
         let app = RecordingApp {
             dir: dir.clone(),
+            program: spec.program,
             on_term: spec.on_term,
             runs: true,
             leader_crash_after: spec.leader_crash_after.clone(),
             idle: spec.app_idle,
         }
-        .write();
+        .command();
         let proxy = spec.proxy.then(|| FaultProxy::start(ns.api_addr));
         let kubeconfig = match &proxy {
             Some(p) => p.kubeconfig_via(&ns.elector_kubeconfig),
@@ -308,7 +314,6 @@ impl Pod {
     fn start_supervisor(&mut self) {
         let flag = self.flag_file().to_string_lossy().into_owned();
         let listen = format!("127.0.0.1:{}", self.port);
-        let app = self.app.to_string_lossy().into_owned();
         let mut args = vec![
             crate::supervise::bin(),
             "supervise",
@@ -324,7 +329,8 @@ impl Pod {
             &self.spec.kill_grace,
         ];
         args.extend(self.spec.supervisor_flags.iter().map(String::as_str));
-        args.extend(["--", &app]);
+        args.push("--");
+        args.extend(self.app.iter().map(String::as_str));
         let name = format!("{}-supervise", self.name);
         let env: [(&str, &OsStr); 0] = [];
         let process = ElectorProcess::spawn_program(&name, &setsid(), &args, &env);

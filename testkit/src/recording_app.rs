@@ -1,8 +1,8 @@
-//! The stand-in app of the tests: a POSIX sh script that records its life — its start (its
-//! first act), its stop, each signal it gets — in files beside it, and otherwise idles. The
-//! supervisor runs it as it runs Passmower; its mode comes from `$MODE` (`--leader-env
-//! MODE=leader --follower-env MODE=follower`). What it records is the ground truth the
-//! scenarios and the run oracle ([`crate::oracle::runs`]) judge by.
+//! The stand-in app of the tests: a POSIX sh script, or the same app as a Node.js module, that
+//! records its life — its start (its first act), its stop, each signal it gets — in files
+//! beside it, and otherwise idles. The supervisor runs it as it runs Passmower; its mode comes
+//! from `$MODE` (`--leader-env MODE=leader --follower-env MODE=follower`). What it records is
+//! the ground truth the scenarios and the run oracle ([`crate::oracle::runs`]) judge by.
 //!
 //! Three files in its directory:
 //! - `runs`: `start PID TICKS MODE WALL_NS` as its first act, and `stop PID TICKS MODE WALL_NS`
@@ -12,7 +12,9 @@
 //!   signal the app);
 //! - `signals`: `NAME PID UPTIME` for each TERM, HUP, USR1, USR2 and INT it gets.
 //!
-//! Needs GNU `date` (`%N`).
+//! The sh app needs GNU `date` (`%N`). The Node app ([`Program::Node`]) is for the supervisor's
+//! Node-only modes (`--leader-port-map`, `--leader-standby`); it records the same lines, its
+//! WALL_NS from `Date.now()` (whole milliseconds, truncated, so records keep their order).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -32,21 +34,34 @@ pub enum OnTerm {
     Linger,
 }
 
+/// Which program the app is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Program {
+    /// A POSIX sh script, `app.sh`, run as it is.
+    #[default]
+    Sh,
+    /// A Node.js module, `app.mjs` beside a `package.json` (as an npm install lays an app out,
+    /// with no dependencies), run as `node app.mjs`, as Passmower is.
+    Node,
+}
+
 /// How the app is made.
 #[derive(Clone, Debug)]
 pub struct RecordingApp {
-    /// Where the script and its records go.
+    /// Where the program and its records go.
     pub dir: PathBuf,
+    pub program: Program,
     pub on_term: OnTerm,
     /// Whether it keeps `runs` (for the run oracle): then its start record is its very first
     /// act, before its traps. Without, nothing comes before its traps and its `starts` line, so
     /// a supervisor that switches it a moment after it started finds them in place.
     pub runs: bool,
-    /// The app exits 1 this long (sh `sleep` syntax) after starting in leader mode: an app
-    /// that cannot run as leader.
+    /// The app exits 1 this long (sh `sleep` syntax; the Node app reads a number of seconds)
+    /// after starting in leader mode: an app that cannot run as leader.
     pub leader_crash_after: Option<String>,
-    /// How long each idle sleep lasts (sh `sleep` syntax). A trapped signal ends the wait at
-    /// once either way; a long one forks less, for runs of minutes where PIDs are scarce.
+    /// How long each idle sleep of the sh app lasts (sh `sleep` syntax). A trapped signal ends
+    /// the wait at once either way; a long one forks less, for runs of minutes where PIDs are
+    /// scarce. The Node app idles on a timer.
     pub idle: &'static str,
 }
 
@@ -56,6 +71,7 @@ impl RecordingApp {
     pub fn new(dir: &Path, on_term: OnTerm) -> RecordingApp {
         RecordingApp {
             dir: dir.to_owned(),
+            program: Program::Sh,
             on_term,
             runs: false,
             leader_crash_after: None,
@@ -63,8 +79,27 @@ impl RecordingApp {
         }
     }
 
-    /// Writes the script (`<dir>/app.sh`) and returns its path.
+    /// Writes the program and returns the command that runs it: `[<dir>/app.sh]`, or
+    /// `[node, <dir>/app.mjs]`.
+    pub fn command(&self) -> Vec<String> {
+        let path = self.write();
+        let path = path.to_string_lossy().into_owned();
+        match self.program {
+            Program::Sh => vec![path],
+            Program::Node => vec!["node".to_owned(), path],
+        }
+    }
+
+    /// Writes the program (`<dir>/app.sh`, or `<dir>/app.mjs` and `<dir>/package.json`) and
+    /// returns its path.
     pub fn write(&self) -> PathBuf {
+        match self.program {
+            Program::Sh => self.write_sh(),
+            Program::Node => self.write_node(),
+        }
+    }
+
+    fn write_sh(&self) -> PathBuf {
         let rec = self.dir.display();
         // With `runs`, every exit of its own is recorded (after TERM, INT, a leader crash);
         // without, the TERM it gets is (in `signals`).
@@ -119,6 +154,65 @@ while :; do sleep {idle} & wait $!; done
         fs::write(&path, script).expect("write the recording app");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
             .expect("chmod the recording app");
+        path
+    }
+
+    /// The sh app's twin in Node.js. Node runs a signal's listener from its event loop, which
+    /// turns only after the module's top level has run: the listeners are in place before the
+    /// start record, and none can run before it.
+    fn write_node(&self) -> PathBuf {
+        let rec = serde_json::to_string(&self.dir.to_string_lossy()).expect("a JSON string");
+        let (stop, term) = if self.runs {
+            ("run('stop'); ", "")
+        } else {
+            ("", "sig('TERM'); ")
+        };
+        let on_term = match self.on_term {
+            OnTerm::Exit(code) => format!("() => {{ {term}{stop}process.exit({code}); }}"),
+            OnTerm::Ignore => "() => sig('TERM')".to_owned(),
+            OnTerm::Linger => format!(
+                "() => {{\n  if (process.pid % 4 === 0) return;\n  \
+                 setTimeout(() => {{ {stop}process.exit(0); }}, (process.pid % 10) * 100);\n}}"
+            ),
+        };
+        let crash_after = match &self.leader_crash_after {
+            Some(after) => serde_json::to_string(after).expect("a JSON string"),
+            None => "null".to_owned(),
+        };
+        let start = if self.runs { "run('start');" } else { "" };
+        let script = format!(
+            r#"import fs from 'node:fs';
+const rec = {rec};
+const mode = process.env.MODE ?? 'unset';
+const stat = fs.readFileSync('/proc/self/stat', 'utf8');
+const ticks = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+const run = (what) =>
+  fs.appendFileSync(`${{rec}}/runs`, `${{what}} ${{process.pid}} ${{ticks}} ${{mode}} ${{BigInt(Date.now()) * 1000000n}}\n`);
+const sig = (name) =>
+  fs.appendFileSync(`${{rec}}/signals`, `${{name}} ${{process.pid}} ${{fs.readFileSync('/proc/uptime', 'utf8').split(' ')[0]}}\n`);
+process.on('SIGTERM', {on_term});
+process.on('SIGHUP', () => sig('HUP'));
+process.on('SIGUSR1', () => sig('USR1'));
+process.on('SIGUSR2', () => sig('USR2'));
+process.on('SIGINT', () => {{ sig('INT'); {stop}process.exit(130); }});
+{start}
+const crashAfter = {crash_after};
+if (mode === 'leader' && crashAfter !== null) {{
+  setTimeout(() => {{ {stop}process.exit(1); }}, parseFloat(crashAfter) * 1000);
+}} else {{
+  // Recorded once the listeners are in place, so a test that saw the start may signal the app.
+  fs.appendFileSync(`${{rec}}/starts`, `${{process.pid}} mode=${{process.env.MODE ?? ''}} args=${{process.argv.slice(2).join(' ')}}\n`);
+}}
+setInterval(() => {{}}, 1 << 30);
+"#
+        );
+        fs::write(
+            self.dir.join("package.json"),
+            r#"{"name":"recording-app","type":"module"}"#,
+        )
+        .expect("write the recording app's package.json");
+        let path = self.dir.join("app.mjs");
+        fs::write(&path, script).expect("write the recording app");
         path
     }
 

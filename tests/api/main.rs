@@ -29,6 +29,7 @@ mod leader_app_metrics;
 mod manifests_dry_run;
 mod native_election;
 mod pods_end_to_end;
+mod pods_standby;
 mod status;
 mod webhook;
 mod webhook_chart;

@@ -28,7 +28,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use nix::sys::signal::Signal;
 use passmower_elector::inject::native_election::{DEFAULT_NATIVE_LEASE, ENABLED_VAR};
 use passmower_elector::inject::{inject, InjectOptions};
-use pme_testkit::fence::{install_crds_of, oidc_clients};
+use pme_testkit::fence::{create_client, install_crds_of, oidc_clients};
 use pme_testkit::free_port;
 use pme_testkit::passmower::{passmower_keys, start_redis};
 use pme_testkit::supervise::{Sandbox, Supervisor};
@@ -329,27 +329,6 @@ async fn upstream_holder(admin: &kube::Client, ns: &str) -> Option<String> {
         .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default())
 }
 
-async fn create_client(admin: &kube::Client, ns: &str, name: &str) {
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "codemowers.cloud/v1beta1",
-        "kind": "OIDCClient",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "displayName": name,
-            "uri": "https://app.example.com/",
-            "redirectUris": ["https://app.example.com/callback"],
-            "grantTypes": ["authorization_code"],
-            "responseTypes": ["code"],
-            "availableScopes": ["openid"],
-        },
-    }))
-    .expect("OIDCClient");
-    Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients())
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create OIDCClient {name}: {e}"));
-}
-
 /// Whether client `name` carries the Ready condition its operator writes once reconciled.
 async fn reconciled(admin: &kube::Client, ns: &str, name: &str) -> bool {
     let api = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients());
@@ -513,7 +492,7 @@ async fn run(bed: &Bed, container: &AppContainer) -> Vec<Tenure> {
 /// Today's env beside 2.4 (upstream's election on, as the chart sets it): the leader of our
 /// Lease runs Passmower's operator instance, but that instance starts its operators only while
 /// its own election holds `passmower-operators`, which a follower's serving instance took, so
-/// the tenure reconciles nothing. The later tenures are measured: each is reconciled exactly
+/// a tenure reconciles nothing. Every tenure is measured: each is reconciled exactly
 /// when upstream's Lease happens to name the leader's pod (both of its instances share its
 /// `POD_NAME`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,25 +505,35 @@ async fn with_upstreams_election_on_a_follower_can_hold_the_operators_and_a_tenu
     let (_, today) = containers(&bed.ns.name);
     assert_eq!(today.enabled(), Some("true"));
     let tenures = run(&bed, &today).await;
-    let first = &tenures[0];
-    assert_eq!(first.leader, "passmower-b");
-    assert_eq!(first.upstream_holder.as_deref(), Some("passmower-a"));
-    assert!(
-        first.reconciled_after.is_none(),
-        "{} was reconciled although a follower held {DEFAULT_NATIVE_LEASE}: {first:?}",
-        first.client
-    );
-    let dark = tenures
+    assert_eq!(tenures[0].leader, "passmower-b");
+    // Which tenure goes dark depends on which process holds upstream's Lease while it lasts:
+    // 2.4's own election can move it mid-tenure (it judges expiry by its local clock against
+    // the holder's renewTime, and a renew that runs late under load lets another instance
+    // take it), so the run asserts that the defect shows, not where.
+    let dark: Vec<&Tenure> = tenures
         .iter()
         .filter(|t| t.reconciled_after.is_none())
-        .count();
+        .collect();
+    assert!(
+        !dark.is_empty(),
+        "every tenure was reconciled with upstream's election on beside ours: {tenures:?}"
+    );
+    for tenure in &dark {
+        assert_ne!(
+            tenure.upstream_holder.as_deref(),
+            Some(tenure.leader.as_str()),
+            "{} reconciled nothing although its leader's pod held {DEFAULT_NATIVE_LEASE}: {tenure:?}",
+            tenure.client
+        );
+    }
     let mismatched = tenures
         .iter()
         .filter(|t| t.upstream_holder.as_deref() != Some(t.leader.as_str()))
         .count();
     eprintln!(
-        "today's env: {dark} of {} tenures reconciled nothing; upstream's Lease named another \
+        "today's env: {} of {} tenures reconciled nothing; upstream's Lease named another \
          pod than the leader at the end of {mismatched}",
+        dark.len(),
         tenures.len()
     );
 }

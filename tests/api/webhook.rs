@@ -213,7 +213,7 @@ async fn a_pod_gets_the_sidecars_pull_secret_after_its_own_and_a_memory_warning(
         .expect("the warnings annotation");
     assert!(
         warnings
-            .contains("spec.containers[passmower].resources.limits.memory is 256Mi, below 320Mi"),
+            .contains("spec.containers[passmower].resources.limits.memory is 256Mi, below 400Mi"),
         "{warnings}"
     );
 

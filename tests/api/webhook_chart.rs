@@ -134,6 +134,7 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             "webhook.failurePolicy=Ignore",
             "webhook.rbacCheck=false",
             "injection.classicSidecar=true",
+            "injection.leaderStandby=false",
         ],
         &["certificates.mode=certManager"],
         // An idle namespace a namespace could have, with the policy that forbids creating it.
@@ -182,6 +183,12 @@ async fn the_chart_renders_with_both_helms_and_passes_a_strict_dry_run() {
             assert_eq!(
                 args.contains("\"--deny-idle-namespace\""),
                 guarded,
+                "{args}"
+            );
+            // The warm standby is inject's default; the value turns it off.
+            assert_eq!(
+                args.contains("\"--no-leader-standby\""),
+                set.contains(&"injection.leaderStandby=false"),
                 "{args}"
             );
             // Besides the one that keeps the webhook to its caBundle (self-signed mode).

@@ -1004,6 +1004,7 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.two_operators_ms,
                 non_holder.len()
             );
+            let r_two_operators_ms = r.two_operators_ms;
             results.entry(fault).or_default().push(r);
             // Our election's guarantees are asserted; Passmower's own is measured.
             if install.election == ElectionMode::Ours {
@@ -1019,6 +1020,13 @@ async fn faults_keep_one_writer_and_reconcile() {
                 }
                 // Fail early, naming the fault, if two pods ever wrote at once.
                 assert_single_writer(node, &install);
+                // Nor may two pods' processes ever run the operators at once (a frozen one runs
+                // nothing), which the audit log alone would not show while neither writes.
+                assert!(
+                    r_two_operators_ms == 0.0,
+                    "{name}: two pods ran Passmower's operators at once for {r_two_operators_ms:.0} ms: {:?}",
+                    operator.leaders
+                );
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Tests of the kit itself. The overlap oracles must catch what they exist to catch: the grant
 //! oracle is fed synthetic looks (and real flag files) with and without two simultaneous
 //! leaders, the single-writer rule and the node's audit check synthetic stretches and writes.
-//! And `ElectorProcess` must capture, signal and reap by PID.
+//! `ElectorProcess` must capture, signal and reap by PID, and the recording app write the
+//! records the run oracle reads, as a sh script and as a Node.js module alike.
 
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
@@ -17,6 +18,8 @@ use passmower_elector::grant::{self, Grant, Order};
 use crate::product::{read_grant, view};
 use pme_testkit::node::audit::{parse_rfc3339_us, single_writer_violations, Tenure, Write};
 use pme_testkit::oracle::{overlaps, Stretch};
+use pme_testkit::recording_app::{self, OnTerm, Program, RecordingApp, RunRecord};
+use pme_testkit::wait::{wait_until, POLL};
 use pme_testkit::{BootTime, ElectorProcess, GrantRecorder, GrantTimeline, Seen};
 
 const GRACE: Duration = Duration::from_secs(3);
@@ -354,4 +357,121 @@ fn base64_matches_rfc_4648() {
     assert_eq!(base64(b"foobar", false), "Zm9vYmFy");
     assert_eq!(base64(b"fo", false), "Zm8=");
     assert_eq!(base64(b"f", true), "Zg");
+}
+
+// --- the recording app: the sh script and its Node.js twin record the same lines ---
+
+/// Runs the recording app of `program` in leader mode until it has recorded its start; the
+/// process and its directory.
+fn start_recording_app(
+    program: Program,
+    leader_crash_after: Option<&str>,
+) -> (ElectorProcess, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let command = RecordingApp {
+        dir: dir.path().to_owned(),
+        program,
+        on_term: OnTerm::Exit(0),
+        runs: true,
+        leader_crash_after: leader_crash_after.map(str::to_owned),
+        idle: "0.05",
+    }
+    .command();
+    let args: Vec<&str> = command[1..].iter().map(String::as_str).collect();
+    let app = ElectorProcess::spawn_program(
+        &format!("recording-app-{program:?}"),
+        Path::new(&command[0]),
+        &args,
+        &[("MODE", OsStr::new("leader"))],
+    );
+    let runs = RecordingApp::runs_file(dir.path());
+    assert!(
+        wait_until(Duration::from_secs(20), POLL, || {
+            std::fs::read_to_string(&runs).is_ok_and(|r| r.starts_with("start "))
+        }),
+        "{program:?}: no start record\n{}",
+        app.logs()
+    );
+    (app, dir)
+}
+
+/// The `runs` records in `dir`, each one parsed.
+fn run_records(dir: &Path) -> Vec<RunRecord> {
+    let text = std::fs::read_to_string(RecordingApp::runs_file(dir)).unwrap_or_default();
+    recording_app::parse_runs(&text)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|line| panic!("a malformed record: {line:?}")))
+        .collect()
+}
+
+#[test]
+fn the_recording_app_as_sh_and_as_node_records_its_start_signals_and_stop_alike() {
+    for program in [Program::Sh, Program::Node] {
+        let (mut app, dir) = start_recording_app(program, None);
+        let pid = app.pid().as_raw();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the app's stat");
+        let ticks: u64 = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+            .expect("starttime in /proc/PID/stat");
+        let starts_file = dir.path().join("starts");
+        assert!(
+            wait_until(Duration::from_secs(10), POLL, || std::fs::read_to_string(
+                &starts_file
+            )
+            .is_ok_and(|s| !s.is_empty())),
+            "{program:?}: no starts line"
+        );
+        let starts: Vec<String> = std::fs::read_to_string(&starts_file)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            recording_app::starts(&starts),
+            vec![(pid, "leader".to_owned())],
+            "{program:?}"
+        );
+        app.signal(Signal::SIGHUP);
+        let signals = dir.path().join("signals");
+        assert!(
+            wait_until(Duration::from_secs(10), POLL, || std::fs::read_to_string(
+                &signals
+            )
+            .is_ok_and(|s| s.starts_with(&format!("HUP {pid} ")))),
+            "{program:?}: the HUP was not recorded"
+        );
+        app.signal(Signal::SIGTERM);
+        let status = app.wait_exit(Duration::from_secs(10)).expect("exits");
+        assert_eq!(status.code(), Some(0), "{program:?}: {}", app.logs());
+        let records = run_records(dir.path());
+        let [start, stop] = records.as_slice() else {
+            panic!("{program:?}: {records:?}");
+        };
+        assert!(!start.stop && stop.stop, "{program:?}: {records:?}");
+        for r in [start, stop] {
+            assert_eq!((r.pid, r.ticks, r.mode.as_str()), (pid, ticks, "leader"));
+        }
+        assert!(
+            start.at <= stop.at && stop.at <= BootTime::now(),
+            "{records:?}"
+        );
+    }
+}
+
+#[test]
+fn the_recording_app_as_sh_and_as_node_crashes_as_leader_when_told() {
+    for program in [Program::Sh, Program::Node] {
+        let (mut app, dir) = start_recording_app(program, Some("0.2"));
+        let status = app
+            .wait_exit(Duration::from_secs(10))
+            .expect("a crashing leader exits");
+        assert_eq!(status.code(), Some(1), "{program:?}: {}", app.logs());
+        let records = run_records(dir.path());
+        assert_eq!(
+            records.iter().map(|r| r.stop).collect::<Vec<_>>(),
+            [false, true],
+            "{program:?}: {records:?}"
+        );
+    }
 }

@@ -610,7 +610,7 @@ fn a_private_registry_gets_pull_secrets_and_a_small_limit_a_warning() {
         serde_json::json!([{"name": "app-registry"}, {"name": "sidecar-registry"}])
     );
     let warning = "spec.template.spec.containers[passmower].resources.limits.memory is 256Mi, \
-                   below 320Mi";
+                   below 400Mi";
     assert!(out.stderr.contains(warning), "{}", out.stderr);
     let annotation = deployment["metadata"]["annotations"]["passmower-elector.io/warnings"]
         .as_str()

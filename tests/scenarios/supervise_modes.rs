@@ -277,7 +277,9 @@ fn older_objects_are_ignored_and_a_retry_of_the_last_one_is_acked() {
 fn renewals_move_the_expiry_without_restarting_the_app() {
     let sb = Sandbox::new();
     let sv = start_recording(&sb, &[]);
-    sv.wait_mode("follower", LIMIT).expect("follower child");
+    // Its start recorded, so the two starts counted below are the follower's and the leader's.
+    sv.wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(2))).0, 200);
     let leader_pid = sv.wait_mode("leader", LIMIT).expect("leader child");
     let mut last_expiry = sv.mode()["expires_boottime_ns"].as_u64().unwrap_or(0);

@@ -43,25 +43,39 @@ fn elector_args(value: &Value) -> Vec<String> {
 
 /// Passmower keeps serving through a handover: its supervisor runs a separate leader
 /// instance with every listener moved, its metrics port to a fixed one the elector serves at
-/// /metrics/leader-app; another app keeps restart mode unless asked.
+/// /metrics/leader-app, kept warm as a standby unless told not to; another app keeps restart
+/// mode unless asked.
 #[test]
 fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
     let on_change = |value: &Value| -> Vec<String> {
         main_args(value)
             .into_iter()
             .take_while(|a| a != "--")
-            .filter(|a| a.starts_with("--on-change") || a.starts_with("--leader-port-map"))
+            .filter(|a| a.starts_with("--on-change") || a.starts_with("--leader-"))
+            .filter(|a| !a.starts_with("--leader-env"))
             .collect()
     };
     let separate = [
         "--on-change=leader-instance",
         "--leader-port-map=9090=19090",
         "--leader-port-map=*=0",
+        "--leader-standby",
     ];
     let metrics_port = "--leader-app-metrics-port=19090".to_owned();
     let passmower = rewritten(DEPLOYMENT, &opts()).0;
     assert_eq!(on_change(&passmower), separate);
     assert!(elector_args(&passmower).contains(&metrics_port));
+    let cold = InjectOptions {
+        leader_standby: false,
+        ..opts()
+    };
+    assert_eq!(on_change(&rewritten(DEPLOYMENT, &cold).0), separate[..3]);
+    let restart_cold = InjectOptions {
+        on_change: Some(AppOnChange::Restart),
+        leader_standby: false,
+        ..opts()
+    };
+    assert!(on_change(&rewritten(DEPLOYMENT, &restart_cold).0).is_empty());
     let restart = InjectOptions {
         on_change: Some(AppOnChange::Restart),
         ..opts()

@@ -15,6 +15,16 @@ use super::{pods, report, Node};
 /// `pod`, each with its `NAMESPACE_SELECTOR`. With `--on-change=leader-instance` (inject's
 /// default for Passmower) the leader's pod runs two: the serving instance with the idle
 /// selector and the leader instance with the real one; every other pod runs one.
+///
+/// With `--leader-standby` (inject's default) a pod that does not lead also has a standby, which
+/// runs no Passmower code until its go: it is left out. A standby that got its go is the leader
+/// instance, but its `/proc/PID/environ` still shows the follower environment it started with
+/// (the go changes its environment in the process, which that file does not show), so its
+/// selector is the leader's from the pod's own `supervise --leader-env`. A standby whose pipe is
+/// closed but that holds no socket yet is left out too: it was either withdrawn (its supervisor
+/// shuts down; it exits without running the app) or given the go and has not reached the API
+/// server or Redis, so it can write nothing yet. Counting it made a rollout, which withdraws
+/// the standbys of two old pods at once, read as two pods running operators.
 pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
     let Some(id) = pods::container_id(pod, APP_CONTAINER) else {
         return Vec::new();
@@ -32,14 +42,78 @@ pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
             continue;
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let selector = environ
-            .split(|b| *b == 0)
-            .filter_map(|kv| std::str::from_utf8(kv).ok())
-            .find_map(|kv| kv.strip_prefix("NAMESPACE_SELECTOR="))
-            .map(str::to_owned);
+        let var = |name: &str| {
+            environ
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        let selector = match var(STANDBY_FD_VAR) {
+            None => var("NAMESPACE_SELECTOR"),
+            Some(fd) if standby_waits(pid, &fd) => continue,
+            Some(_) if !holds_a_socket(pid) => continue,
+            Some(_) => leader_selector(pod),
+        };
         found.push((pid, selector));
     }
     found
+}
+
+/// The variable through which `supervise --leader-standby` tells a standby its pipe.
+const STANDBY_FD_VAR: &str = "PASSMOWER_ELECTOR_STANDBY_FD";
+
+/// Whether the standby `pid` still waits for its go: its descriptor `fd` is the pipe whose other
+/// end its parent (the supervisor) still holds. The supervisor closes its end with the go, and
+/// the standby its own once it has read it.
+fn standby_waits(pid: i32, fd: &str) -> bool {
+    let Ok(pipe) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+        return false;
+    };
+    if !pipe.to_string_lossy().starts_with("pipe:") {
+        return false;
+    }
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("PPid:"))
+                .map(|p| p.trim().to_owned())
+        });
+    let Some(parent) = parent else {
+        return false;
+    };
+    std::fs::read_dir(format!("/proc/{parent}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+}
+
+/// Whether process `pid` has a socket open: the app's first connection (to the API server or
+/// Redis) is its first; a standby that waits or was withdrawn has none.
+fn holds_a_socket(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+}
+
+/// The leader's `NAMESPACE_SELECTOR` as the pod's `supervise` gives it (`--leader-env=…`).
+fn leader_selector(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == APP_CONTAINER)?
+        .args
+        .as_ref()?
+        .iter()
+        .find_map(|a| a.strip_prefix("--leader-env=NAMESPACE_SELECTOR="))
+        .map(str::to_owned)
 }
 
 /// Whether the install runs Passmower with a separate leader instance (inject's default; the
