@@ -22,7 +22,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_norway::Value;
 
-use super::names::GENERATED_FOR_ANNOTATION;
+use super::names::{subdomain_name, GENERATED_FOR_ANNOTATION};
 use super::value::to_value;
 
 /// The user-info key under which the apiserver gives the name of the pod a ServiceAccount token
@@ -61,14 +61,7 @@ pub struct FenceTarget<'a> {
 /// second install for the same ServiceAccount all name one object, and a second fence can
 /// never be ANDed with the first (each would refuse the other Lease's holder for ever).
 pub fn fence_policy_name(namespace: &str, service_account: &str) -> String {
-    let mut name: String = format!("passmower-elector-fence.{namespace}.{service_account}")
-        .chars()
-        .take(253)
-        .collect();
-    while name.ends_with(['.', '-']) {
-        name.pop();
-    }
-    name
+    subdomain_name(&["passmower-elector-fence", namespace, service_account])
 }
 
 /// The writes Passmower's operators make, and nothing its HTTP side makes (from

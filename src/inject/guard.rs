@@ -22,7 +22,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_norway::Value;
 
-use super::names::{WorkloadKind, ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
+use super::names::{subdomain_name, WorkloadKind, ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
 use super::options::{InjectOptions, KubeVersion};
 use super::value::to_value;
 
@@ -66,14 +66,7 @@ pub struct GuardTarget<'a> {
 /// Name of the policy (and binding) that guards workload `name` of `namespace`: named by what
 /// it protects, so `inject` and the chart name one object for one workload.
 pub fn guard_policy_name(namespace: &str, name: &str) -> String {
-    let mut name: String = format!("passmower-elector-guard.{namespace}.{name}")
-        .chars()
-        .take(253)
-        .collect();
-    while name.ends_with(['.', '-']) {
-        name.pop();
-    }
-    name
+    subdomain_name(&["passmower-elector-guard", namespace, name])
 }
 
 /// A CEL string literal of `s` (label keys and values, names: no quote or backslash in them,

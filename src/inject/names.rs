@@ -77,3 +77,14 @@ impl WorkloadKind {
         }
     }
 }
+
+/// A cluster-wide object name built from `parts` joined by dots, cut to the 253 characters a
+/// DNS subdomain allows and without the `.` or `-` a cut may leave at its end (a subdomain must
+/// end in an alphanumeric).
+pub(crate) fn subdomain_name(parts: &[&str]) -> String {
+    let mut name: String = parts.join(".").chars().take(253).collect();
+    while name.ends_with(['.', '-']) {
+        name.pop();
+    }
+    name
+}

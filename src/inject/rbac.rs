@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::Value;
 
-use super::names::{GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
+use super::names::{subdomain_name, GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
 use super::target::Target;
 use super::value::to_value;
 
@@ -305,15 +305,10 @@ fn pdb(info: &Target) -> Generated {
 /// objects, so named per install (`passmower-elector-inject.NAMESPACE.WORKLOAD`) that two
 /// installs, or this and the chart's (`passmower-elector-chart.…`), never claim one name.
 pub fn deny_policy_name(namespace: Option<&str>, workload: &str) -> String {
-    let name = match namespace {
-        Some(ns) => format!("passmower-elector-inject.{ns}.{workload}"),
-        None => format!("passmower-elector-inject.{workload}"),
-    };
-    let mut name: String = name.chars().take(253).collect();
-    while name.ends_with(['.', '-']) {
-        name.pop();
+    match namespace {
+        Some(ns) => subdomain_name(&["passmower-elector-inject", ns, workload]),
+        None => subdomain_name(&["passmower-elector-inject", workload]),
     }
-    name
 }
 
 /// A ValidatingAdmissionPolicy and its binding that refuse to create (or adopt by update)
