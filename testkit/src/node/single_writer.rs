@@ -83,23 +83,23 @@ fn standby_waits(pid: i32, fd: &str) -> bool {
     let Some(parent) = parent else {
         return false;
     };
-    std::fs::read_dir(format!("/proc/{parent}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+    open_files(&parent).any(|l| l == pipe)
 }
 
 /// Whether process `pid` has a socket open: the app's first connection (to the API server or
 /// Redis) is its first; a standby that waits or was withdrawn has none.
 fn holds_a_socket(pid: i32) -> bool {
+    open_files(&pid.to_string()).any(|l| l.to_string_lossy().starts_with("socket:"))
+}
+
+/// What each open descriptor of process `pid` points at (`/proc/PID/fd/*`); nothing for a
+/// process that is gone.
+fn open_files(pid: &str) -> impl Iterator<Item = std::path::PathBuf> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .into_iter()
         .flatten()
         .flatten()
-        .any(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-        })
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
 }
 
 /// The leader's `NAMESPACE_SELECTOR` as the pod's `supervise` gives it (`--leader-env=…`).
