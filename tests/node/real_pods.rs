@@ -470,6 +470,39 @@ async fn serving_pids(
     out
 }
 
+/// Waits for the holder of the install's Lease (ours, or Passmower's own) to renew it and
+/// returns how long ago that renew was seen (at most the 20 ms poll). The faults that end in a
+/// takeover after the Lease expires (a frozen, a cut-off or a hung leader) start here: the time
+/// from the fault to the takeover is then a lease duration plus what each election adds, the
+/// same for every election, instead of a lease duration minus the age of the last renew at the
+/// instant of the fault, which is anywhere in a retry period (2 s) and would decide a comparison
+/// of one round by itself.
+async fn right_after_a_renew(client: &kube::Client, install: &Install) -> Duration {
+    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        &install.namespace,
+    );
+    let renew_time = |lease: Option<k8s_openapi::api::coordination::v1::Lease>| {
+        lease.and_then(|l| l.spec?.renew_time).map(|t| t.0)
+    };
+    let lease = install.election.lease_name();
+    let first = renew_time(leases.get_opt(lease).await.ok().flatten());
+    // A live holder renews every retry period; four of them and a second is ample.
+    let deadline = Instant::now() + install.timings.retry_period * 4 + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let polled = Instant::now();
+        let now = renew_time(leases.get_opt(lease).await.ok().flatten());
+        if now.is_some() && now != first {
+            return polled.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "Lease {lease} was not renewed within {:?} (renewTime {first:?}): no live holder to fault",
+        install.timings.retry_period * 4 + Duration::from_secs(1)
+    );
+}
+
 /// Injects `fault` into the current leader; returns (fault instant in µs, leader pod IP).
 /// Creates OIDCClient `client_name` right after (once the API answers again, for the
 /// apiserver restart).
@@ -602,11 +635,16 @@ async fn inject(
         Fault::PodFreeze => {
             let pids = node.pod_pids(&leader);
             assert!(!pids.is_empty(), "no processes in {leader_name}");
+            let since_renew = right_after_a_renew(&client, install).await;
             t_fault = now_us();
             pods::signal_all(&pids, Signal::SIGSTOP);
             install.create_client(&client, client_name).await;
             tokio::time::sleep(install.timings.lease_duration + Duration::from_secs(3)).await;
             pods::signal_all(&pids, Signal::SIGCONT);
+            report(&format!(
+                "pod-freeze: {leader_name} (leader) frozen {} ms after its renew was seen",
+                since_renew.as_millis()
+            ));
             return (t_fault, leader_ip);
         }
         Fault::Partition | Fault::RenewHang => {
@@ -615,6 +653,7 @@ async fn inject(
             } else {
                 pods::Cut::Drop
             };
+            let since_renew = right_after_a_renew(&client, install).await;
             t_fault = now_us();
             let cut_at = Instant::now();
             // Healed below, or on drop if the test panics before.
@@ -630,9 +669,10 @@ async fn inject(
                 .heal()
                 .unwrap_or_else(|e| panic!("heal the cut of {leader_name}: {e}"));
             report(&format!(
-                "{}: {leader_name} (leader) cut off from the apiserver ({addresses}, packets {}) for {:.1} s; packets matched: {}",
+                "{}: {leader_name} (leader) cut off from the apiserver ({addresses}, packets {}) {} ms after its renew was seen, for {:.1} s; packets matched: {}",
                 fault.name(),
                 how.name(),
+                since_renew.as_millis(),
                 cut_at.elapsed().as_secs_f64(),
                 matched
                     .iter()
