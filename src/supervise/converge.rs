@@ -19,12 +19,20 @@
 
 use std::time::Duration;
 
+use futures_util::stream::{self, StreamExt};
+
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
+
+/// How many claimed clients' Secrets the check reads at once. A leader start waits for the
+/// whole check, and a Deployment may have claimed hundreds of clients: one GET after another
+/// would put each one's round trip into the leaderless gap. Sixteen in flight is far below
+/// what the apiserver's priority and fairness lets one ServiceAccount have queued.
+const PARALLEL_READS: usize = 16;
 
 /// The whole check (list, one GET per claimed client, the releases) gives up after this long,
 /// and the leader instance starts anyway: an apiserver that slow would stall the operator too.
@@ -170,6 +178,7 @@ pub async fn check(
         .await
         .map_err(|e| format!("cannot list OIDCClients: {e}"))?;
     let mut out = Outcome::default();
+    let mut mine = Vec::new();
     for obj in list.items {
         let (Some(name), Some(ns)) = (obj.metadata.name.clone(), obj.metadata.namespace.clone())
         else {
@@ -193,8 +202,20 @@ pub async fn check(
             }
         }
         out.checked += 1;
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        match secrets.get_opt(&secret_name(&name)).await {
+        mine.push((obj, ns, name, id));
+    }
+    // The futures are built first: a stream that maps borrowed items into them is not Send.
+    let gets: Vec<_> = mine
+        .iter()
+        .map(|(_, ns, name, _)| {
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+            let secret = secret_name(name);
+            async move { secrets.get_opt(&secret).await }
+        })
+        .collect();
+    let reads: Vec<_> = stream::iter(gets).buffered(PARALLEL_READS).collect().await;
+    for ((obj, ns, name, id), read) in mine.iter().zip(reads) {
+        match read {
             Ok(Some(_)) => continue,
             Ok(None) => {}
             Err(e) => {
@@ -204,11 +225,11 @@ pub async fn check(
             }
         }
         out.missing.push(id.clone());
-        match release(client, &ar, &obj, &ns, &name).await {
+        match release(client, &ar, obj, ns, name).await {
             Ok(()) => out.released.push(id.clone()),
             Err(e) => out.failed.push(format!("{id}: {e}")),
         }
-        report_event(client, &obj, &ns, &name).await;
+        report_event(client, obj, ns, name).await;
     }
     Ok(out)
 }

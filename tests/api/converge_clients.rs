@@ -317,3 +317,63 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
         "a leader instance was started afresh:\n{log}"
     );
 }
+
+/// The check on many clients (its Secret reads overlap): of 40 OIDCClients, 36 claimed by this
+/// Deployment, 5 of those without a Secret, and 4 claimed by nobody (2 without a Secret).
+/// Exactly the 5 are reported and handed back, in the order listed; the other claims stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_hands_back_exactly_the_claimed_clients_without_a_secret() {
+    use passmower_elector::supervise::converge::{check, instance_name, Scope};
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    install_crds(cluster).await;
+    let ns = cluster.new_namespace().await;
+    let instance = instance_name(&ns.name, Some("passmower"));
+    let clients = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns.name, &oidc_clients());
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &ns.name);
+    let name = |i: usize| format!("client-{i:02}");
+    let unclaimed = |i: usize| i >= 36;
+    let without_secret = |i: usize| [3, 11, 19, 27, 35, 37, 39].contains(&i);
+    for i in 0..40 {
+        create_client(&admin, &ns.name, &name(i)).await;
+        if !unclaimed(i) {
+            clients
+                .patch_status(
+                    &name(i),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"instance": instance}})),
+                )
+                .await
+                .expect("claim the client");
+        }
+        if !without_secret(i) {
+            let secret: Secret = serde_json::from_value(json!({"metadata": {
+                "name": passmower_elector::supervise::converge::secret_name(&name(i))}}))
+            .expect("secret");
+            secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .expect("create the client Secret");
+        }
+    }
+
+    let out = check(&admin, &Scope::Namespace(ns.name.clone()), &instance)
+        .await
+        .expect("the check ran");
+
+    let expected: Vec<String> = [3, 11, 19, 27, 35]
+        .iter()
+        .map(|&i| format!("{}/{}", ns.name, name(i)))
+        .collect();
+    assert_eq!(out.checked, 36, "{out:?}");
+    assert_eq!(out.missing, expected, "{out:?}");
+    assert_eq!(out.released, expected, "{out:?}");
+    assert!(out.failed.is_empty() && out.skipped.is_empty(), "{out:?}");
+    for i in 0..40 {
+        let obj = clients.get(&name(i)).await.expect("read the OIDCClient");
+        let claim = obj.data.pointer("/status/instance").and_then(Value::as_str);
+        let released = [3, 11, 19, 27, 35].contains(&i);
+        let want = (!unclaimed(i) && !released).then_some(instance.as_str());
+        assert_eq!(claim, want, "{}", name(i));
+    }
+}
