@@ -75,11 +75,15 @@ fn the_flag_file_switches_the_app_between_leader_and_follower_environments() {
         &sb,
         &["--leader-args", "--operators", "--follower-args", "--idle"],
     );
-    let f1 = sv.wait_mode("follower", LIMIT).expect("follower child");
+    // Each child's start record before the next switch: one stopped before it ran its first
+    // line (a loaded machine) leaves no record, and the count below would miss it.
+    let f1 = sv
+        .wait_started(&sb, "follower", LIMIT)
+        .expect("follower child");
 
     sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
     let l1 = sv
-        .wait_mode("leader", LIMIT)
+        .wait_started(&sb, "leader", LIMIT)
         .expect("promoted by the flag file");
     assert_ne!(l1, f1);
     assert!(
