@@ -5,9 +5,8 @@
 //! Why: a promotion with `--on-change=leader-instance` otherwise starts a new Node.js process,
 //! and most of that process's boot is importing its `node_modules` (Passmower 2.4: about 88 % of
 //! importing its app module), which then sits in every handover's leaderless gap. The standby
-//! does that work while the pod follows (or, for a leader start that waits for its promotion
-//! check, while the check runs); the go only sets the leader environment and lets the app's main
-//! module run.
+//! does that work while the pod follows; the go only sets the leader environment and lets the
+//! app's main module run.
 //!
 //! Why it is safe (docs/design/handover.md has the whole argument):
 //! - No app code before the go. The standby's preload (`standby/preload.mjs`, the last

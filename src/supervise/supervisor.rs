@@ -621,14 +621,9 @@ impl Supervisor {
         }
     }
 
-    /// Keeps one standby waiting while it is wanted: no leader instance runs or stops (a new
-    /// standby only once the old leader instance is gone), the supervisor is not shutting down
-    /// (then it is withdrawn), and this pod is not owed leader, or it is and the leader start
-    /// waits for its promotion check. In that case (a supervisor that starts as leader, after
-    /// its container was restarted, or a leader instance that exited), the standby imports the
-    /// app's dependencies while the check runs, and the start gives it the go once the check is
-    /// done, instead of starting a process then: the check leaves the leaderless gap. The go is
-    /// still given only by [`Supervisor::start`], after the check.
+    /// Keeps one standby waiting while it is wanted: this pod is not owed leader, no leader
+    /// instance runs or stops (a new standby only once the old leader instance is gone), and the
+    /// supervisor is not shutting down (then it is withdrawn).
     fn tend_standby(&mut self) {
         let (Some(spec), Some(standby)) = (self.settings.standby.as_ref(), self.standby.as_mut())
         else {
@@ -640,7 +635,7 @@ impl Supervisor {
         let now = BootInstant::now();
         let wanted = self.shutdown.is_none()
             && self.child.is_idle()
-            && (self.obedience.target(now) != Mode::Leader || self.converge.running.is_some());
+            && self.obedience.target(now) != Mode::Leader;
         standby.tick(wanted, &self.settings, spec, now);
     }
 
