@@ -140,13 +140,43 @@ impl LeaderLogs {
 /// environment (read from /proc); with Passmower's own election, a live Passmower process
 /// whose log last said it acquired the operator lease. A stopped (frozen) process counts as
 /// running nothing.
+/// The pod-freeze fault's thaw: the frozen pod and until when its processes are not counted as
+/// running operators. A whole frozen pod is continued at once, its supervisor with its leader
+/// instance; nothing can stop that instance before its supervisor runs again, which then kills
+/// it at once (a leader past its grant's expiry + K is killed without grace). So it is given the
+/// kill grace K from the SIGCONT; past that it counts again, and what it may have sent meanwhile
+/// is the write fence's to refuse (asserted by `lost_pod_was_fenced`).
+#[derive(Clone, Default)]
+struct ThawWindow(std::sync::Arc<Mutex<Option<(String, Instant)>>>);
+
+impl ThawWindow {
+    fn open(&self, pod: &str, grace: Duration) {
+        if let Ok(mut w) = self.0.lock() {
+            *w = Some((pod.to_owned(), Instant::now() + grace));
+        }
+    }
+
+    fn excuses(&self, pod: &str, now: Instant) -> bool {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|w| w.clone())
+            .is_some_and(|(p, until)| p == pod && now < until)
+    }
+}
+
 struct OperatorSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<OperatorSamples>,
 }
 
 impl OperatorSampler {
-    fn start(node: &'static Node, install: &Install, client: kube::Client) -> Self {
+    fn start(
+        node: &'static Node,
+        install: &Install,
+        client: kube::Client,
+        thaw: ThawWindow,
+    ) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let install = install.clone();
@@ -170,7 +200,11 @@ impl OperatorSampler {
                     pods = listed;
                 }
                 let mut operating_pods = 0;
+                let sampled_at = Instant::now();
                 for p in &pods {
+                    if thaw.excuses(p.metadata.name.as_deref().unwrap_or(""), sampled_at) {
+                        continue;
+                    }
                     // Every Passmower process of the pod: with a separate leader instance the
                     // leader's pod runs two, and only the leader instance has the real selector.
                     let procs = app_processes(node, p);
@@ -511,6 +545,7 @@ async fn inject(
     install: &Install,
     fault: Fault,
     client_name: &str,
+    thaw: &ThawWindow,
 ) -> (i64, String) {
     use nix::sys::signal::Signal;
     let client = node.admin_client().await;
@@ -640,6 +675,7 @@ async fn inject(
             pods::signal_all(&pids, Signal::SIGSTOP);
             install.create_client(&client, client_name).await;
             tokio::time::sleep(install.timings.lease_duration + Duration::from_secs(3)).await;
+            thaw.open(&leader_name, install.timings.kill_grace);
             pods::signal_all(&pids, Signal::SIGCONT);
             report(&format!(
                 "pod-freeze: {leader_name} (leader) frozen {} ms after its renew was seen",
@@ -870,10 +906,11 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .leader_pod(&node.admin_client().await)
                 .await
                 .and_then(|p| p.metadata.name);
-            let sampler = OperatorSampler::start(node, &install, client.clone());
+            let thaw = ThawWindow::default();
+            let sampler = OperatorSampler::start(node, &install, client.clone(), thaw.clone());
             let transitions_before = lease_transitions(&install, &client).await;
             let t_begin = now_us();
-            let (t_fault, old_ip) = inject(node, &install, fault, &name).await;
+            let (t_fault, old_ip) = inject(node, &install, fault, &name, &thaw).await;
             let client = node.admin_client().await;
             let reconciled = pme_testkit::wait_until_async(
                 Duration::from_secs(240),
@@ -1061,7 +1098,8 @@ async fn faults_keep_one_writer_and_reconcile() {
                 // Fail early, naming the fault, if two pods ever wrote at once.
                 assert_single_writer(node, &install);
                 // Nor may two pods' processes ever run the operators at once (a frozen one runs
-                // nothing), which the audit log alone would not show while neither writes.
+                // nothing; a thawed one has its kill grace, see ThawWindow), which the audit log
+                // alone would not show while neither writes.
                 assert!(
                     r_two_operators_ms == 0.0,
                     "{name}: two pods ran Passmower's operators at once for {r_two_operators_ms:.0} ms: {:?}",
