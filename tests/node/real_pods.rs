@@ -512,28 +512,22 @@ async fn serving_pids(
 /// instant of the fault, which is anywhere in a retry period (2 s) and would decide a comparison
 /// of one round by itself.
 async fn right_after_a_renew(client: &kube::Client, install: &Install) -> Duration {
-    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
-        client.clone(),
-        &install.namespace,
-    );
-    let renew_time = |lease: Option<k8s_openapi::api::coordination::v1::Lease>| {
-        lease.and_then(|l| l.spec?.renew_time).map(|t| t.0)
-    };
-    let lease = install.election.lease_name();
-    let first = renew_time(leases.get_opt(lease).await.ok().flatten());
+    let renew_time = || async { install.lease_spec(client).await?.renew_time.map(|t| t.0) };
+    let first = renew_time().await;
     // A live holder renews every retry period; four of them and a second is ample.
-    let deadline = Instant::now() + install.timings.retry_period * 4 + Duration::from_secs(1);
+    let limit = install.timings.retry_period * 4 + Duration::from_secs(1);
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         let polled = Instant::now();
-        let now = renew_time(leases.get_opt(lease).await.ok().flatten());
+        let now = renew_time().await;
         if now.is_some() && now != first {
             return polled.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!(
-        "Lease {lease} was not renewed within {:?} (renewTime {first:?}): no live holder to fault",
-        install.timings.retry_period * 4 + Duration::from_secs(1)
+        "Lease {} was not renewed within {limit:?} (renewTime {first:?}): no live holder to fault",
+        install.election.lease_name()
     );
 }
 
@@ -778,16 +772,11 @@ fn scale(node: &Node, install: &Install, replicas: i32) {
 /// `leaseTransitions` of the Lease the install's election keeps (ours, or Passmower's own;
 /// 0 when unreadable).
 async fn lease_transitions(install: &Install, client: &kube::Client) -> i32 {
-    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
-        client.clone(),
-        &install.namespace,
-    )
-    .get_opt(install.election.lease_name())
-    .await
-    .ok()
-    .flatten()
-    .and_then(|l| l.spec?.lease_transitions)
-    .unwrap_or(0)
+    install
+        .lease_spec(client)
+        .await
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0)
 }
 
 /// Reports, in the background, when the kubelet had the killed elector container running

@@ -242,15 +242,7 @@ pub async fn skew_one_app(
         );
     }
     tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
-    let lease = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
-        client.clone(),
-        &install.namespace,
-    )
-    .get_opt(install.election.lease_name())
-    .await
-    .ok()
-    .flatten()
-    .and_then(|l| l.spec);
+    let lease = install.lease_spec(&client).await;
     let holder = lease
         .as_ref()
         .and_then(|s| s.holder_identity.clone())

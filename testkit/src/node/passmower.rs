@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -375,14 +375,20 @@ impl Install {
         list
     }
 
-    /// The Lease's holder identity (empty when released, `None` when unreadable or absent).
-    pub async fn lease_holder(&self, client: &kube::Client) -> Option<String> {
+    /// The spec of the Lease the install's election keeps (ours, or Passmower's own); `None`
+    /// when unreadable or absent.
+    pub async fn lease_spec(&self, client: &kube::Client) -> Option<LeaseSpec> {
         Api::<Lease>::namespaced(client.clone(), &self.namespace)
             .get_opt(self.election.lease_name())
             .await
             .ok()
             .flatten()
-            .and_then(|l| l.spec?.holder_identity)
+            .and_then(|l| l.spec)
+    }
+
+    /// The Lease's holder identity (empty when released, `None` when unreadable or absent).
+    pub async fn lease_holder(&self, client: &kube::Client) -> Option<String> {
+        self.lease_spec(client).await?.holder_identity
     }
 
     /// The pod whose elector holds the Lease (the holder identity starts with the pod name).
@@ -434,12 +440,10 @@ impl Install {
         let leader = self.leader_pod(client).await;
         // A live elector renews every retry period: a Lease not renewed for two of them
         // belongs to an elector that is restarting or gone, which is not steady yet.
-        let renewed_ago = Api::<Lease>::namespaced(client.clone(), &self.namespace)
-            .get_opt(self.election.lease_name())
+        let renewed_ago = self
+            .lease_spec(client)
             .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.renew_time)
+            .and_then(|s| s.renew_time)
             .map(|t| super::audit::now_us() - t.0.as_microsecond());
         let fresh = renewed_ago
             .is_some_and(|us| us < (2 * self.timings.retry_period).as_micros() as i64 + 1_000_000);
