@@ -135,11 +135,6 @@ impl LeaderLogs {
     }
 }
 
-/// Samples every 100 ms which pods run Passmower's operators, from the processes, not from
-/// the Lease: with our elector, the Passmower process with the real selector in its
-/// environment (read from /proc); with Passmower's own election, a live Passmower process
-/// whose log last said it acquired the operator lease. A stopped (frozen) process counts as
-/// running nothing.
 /// The pod-freeze fault's thaw: the frozen pod and until when its processes are not counted as
 /// running operators. A whole frozen pod is continued at once, its supervisor with its leader
 /// instance; nothing can stop that instance before its supervisor runs again, which then kills
@@ -165,6 +160,11 @@ impl ThawWindow {
     }
 }
 
+/// Samples every 100 ms which pods run Passmower's operators, from the processes, not from
+/// the Lease: with our elector, the Passmower process with the real selector in its
+/// environment (read from /proc); with Passmower's own election, a live Passmower process
+/// whose log last said it acquired the operator lease. A stopped (frozen) process counts as
+/// running nothing, and a continued one is left out while its [`ThawWindow`] is open.
 struct OperatorSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<OperatorSamples>,
