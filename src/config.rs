@@ -39,11 +39,17 @@ impl ConfigError {
     }
 }
 
+/// Parses a human duration (`15s`, `1m30s`, `500ms`, `0s`).
+/// Used as a clap value parser, so clap names the flag in its error.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 15s, 1m30s or 500ms"))
+}
+
 /// Parses a human duration (`15s`, `1m30s`, `500ms`) that must be positive.
 /// Used as a clap value parser, so clap names the flag in its error.
 pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e}; expected a duration such as 15s, 1m30s or 500ms"))?;
+    let d = parse_duration(s)?;
     if d.is_zero() {
         return Err("must be greater than zero (e.g. 15s)".into());
     }

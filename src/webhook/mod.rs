@@ -126,7 +126,7 @@ pub struct WebhookArgs {
     pub max_connections: usize,
     /// At SIGTERM, time /readyz fails while admissions are still served, so the Service stops
     /// routing here before the server stops.
-    #[arg(long, env = "ELECTOR_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "ELECTOR_SHUTDOWN_DELAY", default_value = "5s", value_parser = crate::config::parse_duration)]
     pub shutdown_delay: Duration,
 }
 
@@ -288,12 +288,6 @@ impl WebhookArgs {
             shutdown_delay: self.shutdown_delay,
         })
     }
-}
-
-/// A human duration that may be zero (`0s` switches the shutdown delay off).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e}; expected a duration such as 5s, 0s or 500ms"))
 }
 
 fn own_namespace() -> Option<String> {
