@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::passmower::APP_CONTAINER;
-use super::single_writer::app_processes;
+use super::single_writer::{app_processes, environ_var, STANDBY_FD_VAR};
 use super::{pods, Node};
 
 /// The volume (an `emptyDir`, one per pod) and where the app container has it.
@@ -95,14 +95,23 @@ impl Node {
     /// same preload and file) and compares with the test's clock.
     pub fn app_clock(&self, pod: &Pod) -> Result<ClockReading, String> {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let pid = app_processes(self, pod)
-            .first()
-            .map(|(pid, _)| *pid)
-            .ok_or_else(|| format!("no Passmower process in {name}"))?;
+        // Not a standby-born leader instance: its environment holds the standby's preload and
+        // pipe, which a fresh `node -e` cannot use. PIDs wrap, so the serving instance need not
+        // be the first listed.
+        let (pid, environ) = app_processes(self, pod)
+            .into_iter()
+            .filter_map(|(pid, _)| {
+                let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+                environ_var(&environ, STANDBY_FD_VAR)
+                    .is_none()
+                    .then_some((pid, environ))
+            })
+            .next()
+            .ok_or_else(|| {
+                format!("no Passmower process in {name} whose environment can be read and was not a standby")
+            })?;
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         let preloaded = maps.contains("libfaketime");
-        let environ = std::fs::read(format!("/proc/{pid}/environ"))
-            .map_err(|e| format!("read the environment of PID {pid} in {name}: {e}"))?;
         let vars: Vec<String> = environ
             .split(|b| *b == 0)
             .filter(|kv| !kv.is_empty())

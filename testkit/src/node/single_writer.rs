@@ -42,13 +42,7 @@ pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
             continue;
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let var = |name: &str| {
-            environ
-                .split(|b| *b == 0)
-                .filter_map(|kv| std::str::from_utf8(kv).ok())
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .map(str::to_owned)
-        };
+        let var = |name: &str| environ_var(&environ, name).map(str::to_owned);
         let selector = match var(STANDBY_FD_VAR) {
             None => var("NAMESPACE_SELECTOR"),
             Some(fd) if standby_waits(pid, &fd) => continue,
@@ -60,8 +54,16 @@ pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
     found
 }
 
+/// The value of `name` in a `/proc/<pid>/environ` block.
+pub(crate) fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a str> {
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// The variable through which `supervise --leader-standby` tells a standby its pipe.
-const STANDBY_FD_VAR: &str = "PASSMOWER_ELECTOR_STANDBY_FD";
+pub(crate) const STANDBY_FD_VAR: &str = "PASSMOWER_ELECTOR_STANDBY_FD";
 
 /// Whether the standby `pid` still waits for its go: its descriptor `fd` is the pipe whose other
 /// end its parent (the supervisor) still holds. The supervisor closes its end with the go, and
