@@ -53,6 +53,7 @@ mod child;
 pub mod converge;
 mod follow;
 mod instance;
+mod listening;
 pub mod mode;
 mod obedience;
 mod options;

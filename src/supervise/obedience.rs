@@ -358,6 +358,8 @@ mod tests {
             ack_file: dir.join("grant.json.ack"),
             ack_retry: Duration::from_secs(1),
             exit_with_child: false,
+            serving_head_start: Duration::ZERO,
+            leader_says_listening: false,
             backoff: Backoff::new(
                 Duration::from_secs(1),
                 Duration::from_secs(30),

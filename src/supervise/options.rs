@@ -142,6 +142,17 @@ pub struct SuperviseArgs {
     #[arg(long, env = "ELECTOR_LEADER_STANDBY")]
     pub leader_standby: bool,
 
+    /// With --on-change=leader-instance: when the supervisor starts while its pod already leads
+    /// (the app container restarted, the Lease kept), the serving instance starts once the leader
+    /// instance listens (seen by the --leader-port-map preload), or this long after the leader
+    /// instance at the latest, or at once when no leader instance runs any more. Two Node.js
+    /// boots at once share the pod's CPU, and the leader's is the one the pod's operators wait
+    /// for; the serving instance of a restarted container is not Ready before it boots either
+    /// way. 0s to 10s; 0s starts both at once.
+    #[arg(long, env = "ELECTOR_SERVING_HEAD_START", value_name = "DURATION",
+        default_value = "3s", value_parser = crate::config::parse_duration)]
+    pub serving_head_start: Duration,
+
     /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
     /// At least 100ms.
     #[arg(long, env = "ELECTOR_RESTART_BACKOFF_INITIAL", value_name = "DURATION",
@@ -200,6 +211,11 @@ pub struct SuperviseArgs {
 /// negligible, while shorter only burns CPU (at 1ns the loop spins a core) for no gain, since a
 /// demotion pushed to the toggle or seen by inotify arrives at once anyway.
 pub const MIN_REREAD: Duration = Duration::from_millis(10);
+
+/// The longest `--serving-head-start`: the serving instance of a restarted leader pod is held
+/// back only while the leader instance boots (about a second on two busy cores); more only keeps
+/// the pod out of its Service longer.
+pub const MAX_SERVING_HEAD_START: Duration = Duration::from_secs(10);
 
 /// The shortest `--restart-backoff-initial` (and so `-max`, which may not be shorter): it bounds
 /// how often a crash-looping app is started again, at most 10 times a second here. Below that
@@ -349,6 +365,8 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             ack_file: grant::ack_path(&args.flag_file),
             ack_retry: args.reread_interval,
             exit_with_child: args.exit_with_child,
+            serving_head_start: args.serving_head_start,
+            leader_says_listening: !args.leader_port_map.is_empty(),
             backoff: Backoff::new(
                 args.restart_backoff_initial,
                 args.restart_backoff_max,
@@ -452,6 +470,17 @@ fn check_durations(args: &SuperviseArgs) -> Result<(), ConfigError> {
                  no inotify) could come later than the elector's 1s safety margin covers",
                 human(MIN_REREAD),
                 human(MAX_REREAD)
+            ),
+        ));
+    }
+    if args.serving_head_start > MAX_SERVING_HEAD_START {
+        return Err(ConfigError::new(
+            "--serving-head-start",
+            human(args.serving_head_start),
+            format!(
+                "must be from 0s to {}: it only has to cover the leader instance's boot, and \
+                 the restarted pod serves no request until its serving instance starts",
+                human(MAX_SERVING_HEAD_START)
             ),
         ));
     }

@@ -31,6 +31,8 @@ pub struct Serving {
     shutting_down: bool,
     /// How it last ended; the supervisor exits with this at shutdown.
     last_exit: Option<Exit>,
+    /// Its first start, held back by `--serving-head-start` (see [`Serving::start_after`]).
+    first_start_at: Option<BootInstant>,
 }
 
 impl Serving {
@@ -42,11 +44,34 @@ impl Serving {
             restarts: 0,
             shutting_down: false,
             last_exit: None,
+            first_start_at: None,
+        }
+    }
+
+    /// Its first start, at `at` instead of now: a supervisor that starts while its pod leads
+    /// gives the leader instance's boot the CPU first. [`Serving::start_now_if_held`] ends the
+    /// wait early.
+    pub fn start_after(&mut self, at: BootInstant) {
+        if self.instance.is_idle() && !self.shutting_down {
+            self.first_start_at = Some(at);
+        }
+    }
+
+    /// Whether its first start is held back (see [`Serving::start_after`]).
+    pub fn first_start_held(&self) -> bool {
+        self.first_start_at.is_some()
+    }
+
+    /// Starts it now if its first start is held back (the leader instance it waited for is gone).
+    pub fn start_now_if_held(&mut self, settings: &Settings, now: BootInstant) {
+        if self.first_start_at.take().is_some() {
+            self.start(settings, now);
         }
     }
 
     /// Starts it with the follower environment and arguments, unless it runs or is stopping.
     pub fn start(&mut self, settings: &Settings, now: BootInstant) {
+        self.first_start_at = None;
         if self.shutting_down || !self.instance.is_idle() {
             return;
         }
@@ -115,10 +140,15 @@ impl Serving {
         if self.instance.is_stopping() {
             self.instance.wake_at(now)
         } else if self.instance.is_idle() && !self.shutting_down {
-            self.restart_at
+            self.start_due_at()
         } else {
             None
         }
+    }
+
+    /// When a start is due: a restart, or the first start held back by the head start.
+    fn start_due_at(&self) -> Option<BootInstant> {
+        self.restart_at.or(self.first_start_at)
     }
 
     /// Advances a stop and starts a restart that is due.
@@ -135,7 +165,7 @@ impl Serving {
                 self.restart_at = None;
             }
         }
-        if let (true, Some(at)) = (self.instance.is_idle(), self.restart_at) {
+        if let (true, Some(at)) = (self.instance.is_idle(), self.start_due_at()) {
             if now >= at {
                 self.start(settings, now);
             }
@@ -150,6 +180,7 @@ impl Serving {
         }
         self.shutting_down = true;
         self.restart_at = None;
+        self.first_start_at = None;
         let kill_at = |_| now.saturating_add(kill_grace);
         if signalled {
             self.instance.signalled(kill_at);

@@ -32,6 +32,12 @@ pub struct Settings {
     pub ack_retry: Duration,
     /// Exit with the child's status when it exits on its own, instead of restarting it.
     pub exit_with_child: bool,
+    /// `--serving-head-start`: how long the serving instance waits at most after a leader
+    /// instance started at the supervisor's own start.
+    pub serving_head_start: Duration,
+    /// The leader instance runs the port map's preload, which says when it first listens (see
+    /// `listening`): the serving instance's wait ends then.
+    pub leader_says_listening: bool,
     pub backoff: Backoff,
     /// `--converge-oidc-clients`: the check run before each leader start.
     pub converge: Option<Converge>,

@@ -19,6 +19,7 @@ use super::child::{self, Exit};
 use super::converge::{self, Outcome};
 use super::follow::Observation;
 use super::instance::{self, Ended, Instance};
+use super::listening;
 use super::mode::{self, OnChange, SignalDemotion, Step};
 use super::obedience::{Channel, LeaderCounts, Obedience, Offer};
 use super::serving::Serving;
@@ -95,6 +96,9 @@ pub struct Supervisor {
     converge: ConvergeState,
     converged_tx: mpsc::UnboundedSender<Converged>,
     converged_rx: Option<mpsc::UnboundedReceiver<Converged>>,
+    /// A leader instance started while the serving instance waits says it listens (or is gone).
+    listening_tx: mpsc::UnboundedSender<()>,
+    listening_rx: Option<mpsc::UnboundedReceiver<()>>,
     status: watch::Sender<Status>,
 }
 
@@ -105,6 +109,7 @@ impl Supervisor {
         let serving = (settings.on_change == OnChange::LeaderInstance)
             .then(|| Serving::new(settings.backoff.clone()));
         let (converged_tx, converged_rx) = mpsc::unbounded_channel();
+        let (listening_tx, listening_rx) = mpsc::unbounded_channel();
         let standby = settings
             .standby
             .as_ref()
@@ -115,6 +120,8 @@ impl Supervisor {
             converge: ConvergeState::default(),
             converged_tx,
             converged_rx: Some(converged_rx),
+            listening_tx,
+            listening_rx: Some(listening_rx),
             obedience: Obedience::new(&settings, trust),
             settings,
             child: Instance::idle(),
@@ -157,16 +164,29 @@ impl Supervisor {
                 None => "no valid flag file".to_owned(),
             }
         );
+        let head_start = self.settings.serving_head_start;
+        let leads = self.obedience.target(now) == Mode::Leader;
         if let Some(serving) = &mut self.serving {
-            serving.start(&self.settings, now);
+            if leads && !head_start.is_zero() {
+                tracing::info!(head_start = %crate::config::human(head_start),
+                    "this pod leads: the serving instance starts after the leader instance's head start");
+                serving.start_after(now.saturating_add(head_start));
+            } else {
+                serving.start(&self.settings, now);
+            }
         }
         let mut converged = self
             .converged_rx
             .take()
             .unwrap_or_else(|| mpsc::unbounded_channel().1);
+        let mut listening = self
+            .listening_rx
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1);
         self.reconcile();
         loop {
             self.serving_follows_shutdown();
+            self.serving_after_leader();
             self.tend_standby();
             if let Some(code) = self.finished() {
                 return code;
@@ -199,6 +219,7 @@ impl Supervisor {
                 Some(obs) = observations.recv() => self.on_file(obs),
                 Some(push) = pushes.recv() => self.on_push(push),
                 Some(done) = converged.recv() => self.on_converged(done),
+                Some(()) = listening.recv() => self.on_leader_listening(),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(self.settings.ack_retry), if !self.obedience.ack_ready() => {
@@ -278,6 +299,18 @@ impl Supervisor {
             self.child.signalled(kill_at);
             self.crash_hold = None;
             self.reconcile();
+        }
+    }
+
+    /// A serving instance held back for the leader instance's head start waits no longer once no
+    /// leader instance runs or is on its way (its start failed, it exited, the pod was demoted):
+    /// nothing boots that it would compete with, and the pod would serve nothing meanwhile.
+    fn serving_after_leader(&mut self) {
+        if self.converge.running.is_some() || !self.child.is_idle() {
+            return;
+        }
+        if let Some(serving) = &mut self.serving {
+            serving.start_now_if_held(&self.settings, BootInstant::now());
         }
     }
 
@@ -544,13 +577,14 @@ impl Supervisor {
         let after_crash = after_crash || std::mem::take(&mut self.converge.after_crash);
         let started = match self.go_standby(m, now) {
             Some(pid) => Ok(pid),
-            None => {
-                let (env, args) = match m {
-                    Mode::Leader => (&self.settings.leader_env, &self.settings.leader_args),
-                    _ => (&self.settings.follower_env, &self.settings.follower_args),
-                };
-                self.child.spawn(&self.settings.command, args, env, m, now)
-            }
+            None if m == Mode::Leader => self.spawn_leader(now),
+            None => self.child.spawn(
+                &self.settings.command,
+                &self.settings.follower_args,
+                &self.settings.follower_env,
+                m,
+                now,
+            ),
         };
         match started {
             Ok(pid) => {
@@ -583,6 +617,52 @@ impl Supervisor {
                 } else {
                     self.crash_hold = Some((m, now.saturating_add(delay)));
                 }
+            }
+        }
+    }
+
+    /// Starts the leader instance afresh. While the serving instance's first start waits for
+    /// it, it is given the listening pipe (see `listening`), when its preload can use one.
+    fn spawn_leader(&mut self, now: BootInstant) -> std::io::Result<Pid> {
+        let waited_for = self.settings.leader_says_listening
+            && self.serving.as_ref().is_some_and(Serving::first_start_held);
+        let pipe = waited_for
+            .then(|| {
+                listening::Pipe::open()
+                    .inspect_err(|e| {
+                        tracing::warn!(error = %e, "cannot open the listening pipe; the serving \
+                            instance starts after the whole head start");
+                    })
+                    .ok()
+            })
+            .flatten();
+        let mut env = std::borrow::Cow::Borrowed(&self.settings.leader_env);
+        if let Some(pipe) = &pipe {
+            env.to_mut().push(pipe.env());
+        }
+        let pid = self.child.spawn(
+            &self.settings.command,
+            &self.settings.leader_args,
+            &env,
+            Mode::Leader,
+            now,
+        )?;
+        if let Some(pipe) = pipe {
+            if let Err(e) = pipe.watch(self.listening_tx.clone()) {
+                tracing::warn!(error = %e, "cannot watch the listening pipe; the serving \
+                    instance starts after the whole head start");
+            }
+        }
+        Ok(pid)
+    }
+
+    /// The leader instance started while the serving instance waits has booted (its first
+    /// listen) or is gone: the serving instance need not wait any longer.
+    fn on_leader_listening(&mut self) {
+        if let Some(serving) = &mut self.serving {
+            if serving.first_start_held() {
+                tracing::info!("the leader instance listens; starting the serving instance");
+                serving.start_now_if_held(&self.settings, BootInstant::now());
             }
         }
     }

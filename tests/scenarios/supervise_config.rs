@@ -286,6 +286,10 @@ fn durations_that_spin_or_storm_are_refused_with_their_range() {
             &["--restart-backoff-reset", "1ns"],
             &["--restart-backoff-reset", "at least 1s"],
         ),
+        (
+            &["--serving-head-start", "10s1ms"],
+            &["--serving-head-start", "from 0s to 10s"],
+        ),
     ];
     for (extra, needles) in cases {
         let mut args = vec!["--flag-file", f.as_str(), "--listen", "127.0.0.1:0"];
@@ -307,6 +311,8 @@ fn durations_that_spin_or_storm_are_refused_with_their_range() {
             "100ms",
             "--restart-backoff-reset",
             "1s",
+            "--serving-head-start",
+            "10s",
         ])
         .arg("--")
         .arg(sb.script("ok.sh", &format!("touch {}", sb.path("ran").display())))
@@ -559,6 +565,7 @@ fn help_explains_every_flag() {
         "--restart-backoff-initial",
         "--restart-backoff-max",
         "--exit-with-child",
+        "--serving-head-start",
         "--elector-uid",
         "ELECTOR_LEADER_ENV",
     ] {

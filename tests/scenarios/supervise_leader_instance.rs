@@ -20,6 +20,17 @@ const FLAGS: [&str; 5] = [
     "MODE=follower",
 ];
 
+/// The Node.js tests need `node` (Debian `nodejs`, installed by .ci/run).
+fn needs_node() {
+    assert!(
+        std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs node (Debian package nodejs)"
+    );
+}
+
 fn start(sb: &Sandbox, app: &std::path::Path, extra: &[&str]) -> Supervisor {
     let mut flags = FLAGS.to_vec();
     flags.extend_from_slice(extra);
@@ -190,11 +201,11 @@ fn a_lapse_noticed_past_expiry_plus_kill_grace_kills_the_leader_instance_at_once
     assert_eq!(serving_pid(&sv), Some(serving));
 }
 
-#[test]
-fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_one_keeps_serving() {
-    let sb = Sandbox::new();
+/// An app whose leader instance exits 3 at once; its serving instance runs until SIGTERM.
+/// Every start is recorded in `starts`.
+fn failing_leader_app(sb: &Sandbox) -> std::path::PathBuf {
     let dir = sb.dir.path().display().to_string();
-    let app = sb.script(
+    sb.script(
         "app.sh",
         &format!(
             "echo \"$$ mode=$MODE\" >> {dir}/starts\n\
@@ -202,7 +213,13 @@ fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_on
              trap 'exit 0' TERM\n\
              while :; do sleep 0.05 & wait $!; done"
         ),
-    );
+    )
+}
+
+#[test]
+fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_one_keeps_serving() {
+    let sb = Sandbox::new();
+    let app = failing_leader_app(&sb);
     let sv = start(&sb, &app, &["--restart-backoff-initial", "100ms"]);
     let serving = wait_serving(&sv, &sb);
     assert_eq!(sv.push(&leader(1, 1, Duration::from_secs(60))).0, 200);
@@ -224,6 +241,165 @@ fn a_crashing_leader_instance_counts_as_a_failed_leader_start_and_the_serving_on
         sb.starts()
     );
     assert_eq!(sv.mode()["serving"]["restarts"], 0);
+}
+
+/// A supervisor that starts while its pod leads (the app container restarted, the Lease kept)
+/// boots the leader instance first: the serving instance waits out `--serving-head-start`.
+#[test]
+fn a_supervisor_started_as_leader_gives_the_leader_instance_a_head_start() {
+    let sb = Sandbox::new();
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let sv = start(
+        &sb,
+        &sb.recording_app(Some(0)),
+        &["--serving-head-start", "2s"],
+    );
+    assert!(
+        wait_until(LIMIT, POLL, || sb
+            .starts()
+            .iter()
+            .any(|(_, m)| m == "leader")),
+        "the leader instance started from the flag file: {:?}",
+        sb.starts()
+    );
+    assert_eq!(
+        serving_pid(&sv),
+        None,
+        "the serving instance waits for the head start: {}",
+        sv.mode()
+    );
+    let serving = wait_serving(&sv, &sb);
+    let modes: Vec<String> = sb.starts().into_iter().map(|(_, m)| m).collect();
+    assert_eq!(modes, ["leader", "follower"]);
+    assert!(alive(serving));
+    assert_eq!(
+        sv.mode()["serving"]["restarts"],
+        0,
+        "a held start is no restart"
+    );
+    assert!(
+        sv.mode()["child_pid"].as_i64().is_some(),
+        "the leader instance runs on"
+    );
+}
+
+/// The head start is for a leader instance that boots: one that cannot run does not keep the
+/// pod from serving. The wait here (5s) is half the head start (10s).
+#[test]
+fn a_held_serving_instance_starts_at_once_when_the_leader_instance_fails() {
+    let sb = Sandbox::new();
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let app = failing_leader_app(&sb);
+    let sv = start(
+        &sb,
+        &app,
+        &[
+            "--serving-head-start",
+            "10s",
+            "--restart-backoff-initial",
+            "1s",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), POLL, || serving_pid(&sv).is_some()),
+        "the serving instance started once the leader instance exited: {:?} {}",
+        sb.starts(),
+        sv.mode()
+    );
+    assert_eq!(sb.starts().first().map(|(_, m)| m.as_str()), Some("leader"));
+}
+
+/// With the port map, the head start is only an upper bound: the leader instance's preload says
+/// when its first server listens (the end of a Node app's boot), and the serving instance starts
+/// then. The leader instance here listens 2s after it starts; the head start is 10s, longer than
+/// the 8s the serving instance is given to start and listen.
+#[test]
+fn a_held_serving_instance_starts_once_the_node_leader_instance_listens() {
+    needs_node();
+    let port = free_port();
+    let sb = Sandbox::new();
+    sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
+    let dir = sb.dir.path().display().to_string();
+    let js = sb.path("slow-boot.mjs");
+    std::fs::write(
+        &js,
+        format!(
+            r#"import http from 'node:http';
+import fs from 'node:fs';
+const mode = process.env.MODE;
+const note = (what) => fs.appendFileSync('{dir}/events', `${{Date.now()}} ${{process.pid}} ${{mode}} ${{what}}\n`);
+note(`start fd-variable=[${{process.env.PASSMOWER_ELECTOR_LISTENING_FD ?? ''}}]`);
+const listen = () => http.createServer((q, r) => r.end(mode)).listen({port}, () => note('listening'));
+if (mode === 'leader') setTimeout(listen, 2000); else listen();
+process.on('SIGTERM', () => process.exit(0));
+"#
+        ),
+    )
+    .expect("write slow-boot.mjs");
+    let app = sb.script("app.sh", &format!("exec node {}", js.display()));
+    let sv = start(
+        &sb,
+        &app,
+        &["--leader-port-map=*=0", "--serving-head-start", "10s"],
+    );
+    let serving = wait_serving_listening(&sb, Duration::from_secs(8));
+    // `MS PID MODE WHAT...`
+    let events: Vec<Vec<String>> = sb
+        .lines("events")
+        .iter()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    let at = |mode: &str, what: &str| -> u64 {
+        events
+            .iter()
+            .find(|e| e[2] == mode && e[3].starts_with(what))
+            .and_then(|e| e[0].parse().ok())
+            .unwrap_or_else(|| panic!("no {mode} {what} in {events:?}"))
+    };
+    assert!(
+        at("follower", "start") >= at("leader", "listening"),
+        "the serving instance started after the leader instance listened: {events:?}"
+    );
+    assert!(sv.log_contains("the leader instance listens; starting the serving instance"));
+    // The pipe's number reached the leader instance alone, and the preload kept it from the
+    // app's environment (and so from the app's own child processes).
+    let leader = sv.mode()["child_pid"].as_i64().expect("leader instance") as i32;
+    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let has_fd_variable = |pid: i32| {
+        environ(pid)
+            .split(|b| *b == 0)
+            .any(|kv| kv.starts_with(b"PASSMOWER_ELECTOR_LISTENING_FD="))
+    };
+    assert!(
+        has_fd_variable(leader),
+        "the leader instance was given the pipe"
+    );
+    assert!(!has_fd_variable(serving), "the serving instance was not");
+    assert!(
+        events
+            .iter()
+            .all(|e| e[3] != "start" || e[4] == "fd-variable=[]"),
+        "the app never sees the variable: {events:?}"
+    );
+}
+
+/// The serving instance's PID once it listens (its `listening` line in `events`).
+fn wait_serving_listening(sb: &Sandbox, limit: Duration) -> i32 {
+    let mut pid = None;
+    assert!(
+        wait_until(limit, POLL, || {
+            pid = sb
+                .lines("events")
+                .iter()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|e| e.get(2) == Some(&"follower") && e.get(3) == Some(&"listening"))
+                .and_then(|e| e[1].parse().ok());
+            pid.is_some()
+        }),
+        "the serving instance started and listens: {:?}",
+        sb.lines("events")
+    );
+    pid.unwrap_or_default()
 }
 
 #[test]
@@ -329,13 +505,7 @@ process.on('SIGTERM', () => process.exit(0));
 
 #[test]
 fn a_node_leader_instance_binds_elsewhere_with_the_port_map_and_cannot_start_without_it() {
-    assert!(
-        std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test needs node (Debian package nodejs)"
-    );
+    needs_node();
     let (port_a, port_b) = (free_port(), free_port());
     let sb = Sandbox::new();
     let app = node_app(&sb, port_a, port_b);
@@ -460,13 +630,7 @@ fn listening_agent(sb: &Sandbox, name: &str, port: u16, esm: bool) -> std::path:
 /// kinds of agent now load after the port map's patch and are moved with the app's ports.
 #[test]
 fn agents_preloaded_through_node_options_are_moved_with_the_apps_ports() {
-    assert!(
-        std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test needs node (Debian package nodejs)"
-    );
+    needs_node();
     let (port_a, port_b, port_cjs, port_esm) = (free_port(), free_port(), free_port(), free_port());
     let sb = Sandbox::new();
     let cjs = listening_agent(&sb, "cjs-agent", port_cjs, false);

@@ -12,6 +12,11 @@
 // --require modules (an APM or OpenTelemetry agent that opens a port) out of NODE_OPTIONS and
 // passes them in PASSMOWER_ELECTOR_REQUIRE (a JSON array): they are required here, after the
 // patch, in their order, resolved from the working directory as Node resolves --require.
+//
+// With PASSMOWER_ELECTOR_LISTENING_FD (a pipe's write end, given to a leader instance whose
+// serving instance waits for its boot), one byte goes into that pipe when the first server of
+// this process is listening, and the pipe is closed: the end of the boot, for the supervisor.
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import path from 'node:path';
@@ -33,6 +38,30 @@ const portOf = (value) => {
   return undefined;
 };
 
+const LISTENING_VAR = 'PASSMOWER_ELECTOR_LISTENING_FD';
+let listeningFd = Number(process.env[LISTENING_VAR]);
+// Not for the app's own child processes.
+delete process.env[LISTENING_VAR];
+if (!Number.isInteger(listeningFd) || listeningFd < 3) listeningFd = undefined;
+const sayListening = () => {
+  if (listeningFd === undefined) return;
+  const fd = listeningFd;
+  listeningFd = undefined;
+  try {
+    fs.writeSync(fd, 'L');
+  } catch {
+    // The supervisor is gone; nobody waits.
+  }
+  try {
+    fs.closeSync(fd);
+  } catch {
+    // Already closed.
+  }
+};
+const watchListening = (server) => {
+  if (listeningFd !== undefined) server.once('listening', sayListening);
+};
+
 const target = (port) => (table.has(port) ? table.get(port) : every);
 
 const say = (from, to) =>
@@ -42,6 +71,7 @@ const say = (from, to) =>
 
 const listen = net.Server.prototype.listen;
 net.Server.prototype.listen = function passmowerElectorListen(...args) {
+  watchListening(this);
   const first = args[0];
   if (first !== null && typeof first === 'object') {
     // listen(options[, callback]); a handle ({_handle} / {fd}) or a path is not a TCP port.
