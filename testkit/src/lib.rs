@@ -52,6 +52,18 @@ pub const FAST_TIMINGS: [&str; 8] = [
     "1s",
 ];
 
+/// Fails the test unless `node` runs: the tests of the Node.js preloads (the port map, the
+/// standby) need it (Debian `nodejs`, installed by .ci/run).
+pub fn needs_node() {
+    assert!(
+        std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs node (Debian package nodejs)"
+    );
+}
+
 /// The repository's root (the kit is its `testkit/` member): its scripts, charts and docs.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -113,13 +113,7 @@ fn start_pod(name: &str, ns: &TestNs, metrics_port: u16, leader_metrics: u16) ->
 /// port is the serving instance's, in follower mode, in both pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_elector_serves_the_leader_instances_metrics_and_a_follower_says_it_has_none() {
-    assert!(
-        std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test needs node (Debian package nodejs)"
-    );
+    pme_testkit::needs_node();
     let ns = Cluster::shared().new_namespace().await;
     Cluster::shared().create_released_lease(&ns).await;
     let (metrics_a, moved_a) = (free_port(), free_port());

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::product::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use pme_testkit::free_port;
 use pme_testkit::wait::{wait_until, POLL};
+use pme_testkit::{free_port, needs_node};
 
 const LIMIT: Duration = Duration::from_secs(15);
 const FLAGS: [&str; 5] = [
@@ -19,17 +19,6 @@ const FLAGS: [&str; 5] = [
     "--follower-env",
     "MODE=follower",
 ];
-
-/// The Node.js tests need `node` (Debian `nodejs`, installed by .ci/run).
-fn needs_node() {
-    assert!(
-        std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test needs node (Debian package nodejs)"
-    );
-}
 
 fn start(sb: &Sandbox, app: &std::path::Path, extra: &[&str]) -> Supervisor {
     let mut flags = FLAGS.to_vec();

@@ -10,20 +10,10 @@ use std::time::{Duration, Instant};
 use crate::product::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use pme_testkit::free_port;
 use pme_testkit::wait::{wait_until, POLL};
+use pme_testkit::{free_port, needs_node};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn node_present() {
-    assert!(
-        std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test needs node (Debian package nodejs)"
-    );
-}
 
 /// A Node app in the sandbox, laid out as an npm-installed one: `package.json` naming two
 /// dependencies, `warm-dep` (in `node_modules`, with one file for `import` and another for
@@ -107,7 +97,7 @@ fn start(sb: &Sandbox, app: &Path, extra: &[&str]) -> Supervisor {
 }
 
 fn start_env(sb: &Sandbox, app: &Path, env: &[(&str, &str)], extra: &[&str]) -> Supervisor {
-    node_present();
+    needs_node();
     let mut flags = FLAGS.to_vec();
     flags.extend_from_slice(extra);
     Supervisor::start_env(sb, env, &flags, &["node", app.to_str().unwrap_or_default()])
