@@ -35,7 +35,7 @@ pub use clock::BootTime;
 pub use cluster::{client_from_kubeconfig, rules_without, Cluster, TestNs, DEFAULT_LEASE_NAME};
 pub use elector::ElectorProcess;
 pub use oracle::grants::{GrantInterval, GrantRecorder, GrantTimeline, GrantView, Seen};
-pub use ports::{free_port, free_ports};
+pub use ports::{free_port, free_port_list, free_ports};
 pub use proxy::{FaultMode, FaultProxy};
 pub use wait::{wait_until, wait_until_async};
 

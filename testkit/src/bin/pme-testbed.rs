@@ -68,16 +68,7 @@ fn free_ports(args: &[String]) -> Result<ExitCode, Usage> {
             .ok_or_else(|| Usage(format!("free-ports N: N must be 1..=64, not {n:?}")))?,
         _ => return Err(Usage(USAGE.into())),
     };
-    // Held together while choosing, so none repeats.
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| Usage(format!("bind 127.0.0.1:0: {e}")))?;
-    for l in &listeners {
-        let port = l
-            .local_addr()
-            .map_err(|e| Usage(format!("a bound address: {e}")))?
-            .port();
+    for port in pme_testkit::free_port_list(n) {
         println!("{port}");
     }
     Ok(ExitCode::SUCCESS)
