@@ -62,6 +62,14 @@ impl Sandbox {
         path
     }
 
+    /// A Node.js app: writes the ES module `js` as `app.mjs` and returns the executable that runs
+    /// it (`app.sh`: `exec node app.mjs`). The tests that run it need `node` ([`crate::needs_node`]).
+    pub fn node_app(&self, js: &str) -> PathBuf {
+        let module = self.path("app.mjs");
+        std::fs::write(&module, js).expect("write app.mjs");
+        self.script("app.sh", &format!("exec node {}", module.display()))
+    }
+
     /// The kit's recording app in the sandbox (see [`crate::recording_app`]): it records each
     /// start (`starts`: pid, $MODE, args), each stop (`runs`) and each signal it receives
     /// (`signals`: NAME pid boot-seconds). On SIGTERM it exits with `term_exit`, or ignores

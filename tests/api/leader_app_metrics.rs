@@ -33,11 +33,8 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
 /// A Node app whose metrics server listens on `metrics_port` (fixed in its code, as
 /// Passmower's 9090) and says which mode it runs in.
 fn metrics_app(sb: &Sandbox, metrics_port: u16) -> std::path::PathBuf {
-    let js = sb.path("app.mjs");
-    std::fs::write(
-        &js,
-        format!(
-            r#"import http from 'node:http';
+    sb.node_app(&format!(
+        r#"import http from 'node:http';
 const mode = process.env.MODE;
 http.createServer((q, r) => {{
   if (q.url !== '/metrics') {{ r.statusCode = 404; return r.end(); }}
@@ -46,10 +43,7 @@ http.createServer((q, r) => {{
 }}).listen({metrics_port});
 process.on('SIGTERM', () => process.exit(0));
 "#
-        ),
-    )
-    .expect("write app.mjs");
-    sb.script("app.sh", &format!("exec node {}", js.display()))
+    ))
 }
 
 /// One pod: a supervisor running the app with a leader instance whose metrics port goes to

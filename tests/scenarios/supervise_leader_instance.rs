@@ -309,11 +309,8 @@ fn a_held_serving_instance_starts_once_the_node_leader_instance_listens() {
     let sb = Sandbox::new();
     sb.write_grant(&leader(1, 1, Duration::from_secs(60)));
     let dir = sb.dir.path().display().to_string();
-    let js = sb.path("slow-boot.mjs");
-    std::fs::write(
-        &js,
-        format!(
-            r#"import http from 'node:http';
+    let app = sb.node_app(&format!(
+        r#"import http from 'node:http';
 import fs from 'node:fs';
 const mode = process.env.MODE;
 const note = (what) => fs.appendFileSync('{dir}/events', `${{Date.now()}} ${{process.pid}} ${{mode}} ${{what}}\n`);
@@ -322,10 +319,7 @@ const listen = () => http.createServer((q, r) => r.end(mode)).listen({port}, () 
 if (mode === 'leader') setTimeout(listen, 2000); else listen();
 process.on('SIGTERM', () => process.exit(0));
 "#
-        ),
-    )
-    .expect("write slow-boot.mjs");
-    let app = sb.script("app.sh", &format!("exec node {}", js.display()));
+    ));
     let sv = start(
         &sb,
         &app,
@@ -470,11 +464,8 @@ fn with_exit_with_child_a_leader_instance_exit_takes_the_serving_one_down_too() 
 /// `node` (Debian `nodejs`, installed by .ci/run).
 fn node_app(sb: &Sandbox, port_a: u16, port_b: u16) -> std::path::PathBuf {
     let dir = sb.dir.path().display().to_string();
-    let js = sb.path("app.mjs");
-    std::fs::write(
-        &js,
-        format!(
-            r#"import http from 'node:http';
+    sb.node_app(&format!(
+        r#"import http from 'node:http';
 import fs from 'node:fs';
 const mode = process.env.MODE;
 const seen = [];
@@ -486,10 +477,7 @@ const c = serve().listen(0, '0.0.0.0', () => {{ seen.push(`c=${{c.address().addr
 for (const s of [a, b, c]) s.on('error', (e) => {{ console.error(`${{mode}}: ${{e.message}}`); process.exit(4); }});
 process.on('SIGTERM', () => process.exit(0));
 "#
-        ),
-    )
-    .expect("write app.mjs");
-    sb.script("app.sh", &format!("exec node {}", js.display()))
+    ))
 }
 
 #[test]
