@@ -62,11 +62,14 @@ impl Serving {
         self.first_start_at.is_some()
     }
 
-    /// Starts it now if its first start is held back (the leader instance it waited for is gone).
-    pub fn start_now_if_held(&mut self, settings: &Settings, now: BootInstant) {
-        if self.first_start_at.take().is_some() {
+    /// Starts it now if its first start is held back (the leader instance it waited for has
+    /// booted or is gone); true if it was held.
+    pub fn start_now_if_held(&mut self, settings: &Settings, now: BootInstant) -> bool {
+        let held = self.first_start_at.take().is_some();
+        if held {
             self.start(settings, now);
         }
+        held
     }
 
     /// Starts it with the follower environment and arguments, unless it runs or is stopping.

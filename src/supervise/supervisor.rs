@@ -659,11 +659,13 @@ impl Supervisor {
     /// The leader instance started while the serving instance waits has booted (its first
     /// listen) or is gone: the serving instance need not wait any longer.
     fn on_leader_listening(&mut self) {
-        if let Some(serving) = &mut self.serving {
-            if serving.first_start_held() {
-                tracing::info!("the leader instance listens; starting the serving instance");
-                serving.start_now_if_held(&self.settings, BootInstant::now());
-            }
+        let settings = &self.settings;
+        let started = self
+            .serving
+            .as_mut()
+            .is_some_and(|serving| serving.start_now_if_held(settings, BootInstant::now()));
+        if started {
+            tracing::info!("the leader instance listens; starting the serving instance");
         }
     }
 
