@@ -95,6 +95,14 @@ impl Sandbox {
     }
 }
 
+/// The value of `name` in a `/proc/<pid>/environ` block.
+pub fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a str> {
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// Whether `pid` names a live (non-zombie) process. Test processes are ours, so PID reuse within
 /// a test's lifetime is not a concern worth more than this.
 pub fn alive(pid: i32) -> bool {

@@ -22,7 +22,7 @@ use pme_testkit::cluster::ELECTOR_SERVICE_ACCOUNT;
 use pme_testkit::{supervise, BootTime, Cluster, GrantView, TestNs, DEFAULT_LEASE_NAME};
 
 /// What the supervise scenarios use of the kit besides the sandbox and the supervisor.
-pub use pme_testkit::supervise::{alive, boot_secs, exists, http, zombie_children};
+pub use pme_testkit::supervise::{alive, boot_secs, environ_var, exists, http, zombie_children};
 
 /// The product's binary, as cargo names it to the test crates.
 pub const BIN: &str = env!("CARGO_BIN_EXE_passmower-elector");

@@ -347,11 +347,9 @@ process.on('SIGTERM', () => process.exit(0));
     // The pipe's number reached the leader instance alone, and the preload kept it from the
     // app's environment (and so from the app's own child processes).
     let leader = sv.mode()["child_pid"].as_i64().expect("leader instance") as i32;
-    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let has_fd_variable = |pid: i32| {
-        environ(pid)
-            .split(|b| *b == 0)
-            .any(|kv| kv.starts_with(b"PASSMOWER_ELECTOR_LISTENING_FD="))
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        environ_var(&environ, "PASSMOWER_ELECTOR_LISTENING_FD").is_some()
     };
     assert!(
         has_fd_variable(leader),

@@ -18,8 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::passmower::APP_CONTAINER;
-use super::single_writer::{app_processes, environ_var, STANDBY_FD_VAR};
+use super::single_writer::{app_processes, STANDBY_FD_VAR};
 use super::{pods, Node};
+use crate::supervise::environ_var;
 
 /// The volume (an `emptyDir`, one per pod) and where the app container has it.
 pub const VOLUME: &str = "pme-faketime";

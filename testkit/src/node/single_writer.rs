@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::audit::{self, now_us};
 use super::passmower::{self, secret_name, Install, APP_CONTAINER};
 use super::{pods, report, Node};
+use crate::supervise::environ_var;
 
 /// The running Passmower processes (`node ... src/app.js`, not their `supervise` parent) in
 /// `pod`, each with its `NAMESPACE_SELECTOR`. With `--on-change=leader-instance` (inject's
@@ -52,14 +53,6 @@ pub fn app_processes(node: &Node, pod: &Pod) -> Vec<(i32, Option<String>)> {
         found.push((pid, selector));
     }
     found
-}
-
-/// The value of `name` in a `/proc/<pid>/environ` block.
-pub(crate) fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a str> {
-    environ
-        .split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok())
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
 }
 
 /// The variable through which `supervise --leader-standby` tells a standby its pipe.
