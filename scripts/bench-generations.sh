@@ -42,6 +42,8 @@ if [[ -z "$binary" && -z "$render_only" ]]; then
 fi
 
 # The machine is shared: its load average before and after goes into the results.
+# The commit the run tests, read before it starts: a commit made during a long run is not what ran.
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 for gen in "${generations[@]}"; do
@@ -65,7 +67,7 @@ if [[ -z "$render_only" ]]; then
     printf 'GEN_DATE=%q\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
     printf 'GEN_LOAD=%q\n' "$load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
     printf 'GEN_STATUS=%q\n' "$status"
-    printf 'GEN_REV=%q\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    printf 'GEN_REV=%q\n' "$commit"
   } >"$runs/run.env"
 fi
 GEN_DATE=unknown GEN_LOAD=unknown GEN_STATUS=unknown GEN_REV=unknown

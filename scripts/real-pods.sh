@@ -45,6 +45,8 @@ else
   args=(--test node -- --include-ignored --skip hold_for_a_look --skip demo_ --skip write_inventory::)
   results="${PME_REAL_PODS_RESULTS:-docs/results/real-pods.md}"
 fi
+# The commit the run tests, read before it starts: a commit made during a long run is not what ran.
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 status=0
 # shellcheck source=scripts/lib/generations.sh
 . scripts/lib/generations.sh
@@ -74,7 +76,7 @@ if [[ -n "$results" ]]; then
     echo "$(date -u '+%Y-%m-%d %H:%M UTC') (test status $status; do not edit, run it again)."
     echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1),"
     echo "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr);"
-    echo "passmower-elector $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
+    echo "passmower-elector $commit."
     echo "What the tests do: [testing.md](../testing.md#real-pods-a-one-node-kubernetes-in-the-tests)."
     echo
     echo '```text'

@@ -32,6 +32,9 @@ fi
 target="${CARGO_TARGET_DIR:-target}"
 results="${PME_SIDE_BY_SIDE_RESULTS:-docs/results/side-by-side.md}"
 mkdir -p "$target"
+# The commit the run tests, read before it starts and kept beside each mode's report: a commit
+# made during a long run is not what ran.
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 status=0
 reports=()
 for mode in "${modes[@]}"; do
@@ -42,6 +45,7 @@ for mode in "${modes[@]}"; do
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
   [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]] && continue
+  echo "$commit" >"${report%.txt}.commit"
   PME_PASSMOWER_GENERATIONS="$generation" PME_ELECTION_MODE="$mode" PME_REAL_PODS_ROUNDS="$rounds" \
     PME_REAL_PODS_FAULTS="$faults" PME_REAL_PODS_REPORT="$report" \
     scripts/real-pods.sh --test node -- --exact real_pods::faults_keep_one_writer_and_reconcile || status=$?
@@ -53,13 +57,16 @@ mkdir -p "$(dirname "$results")"
   echo
   results_var=""
   [[ "$results" == docs/results/side-by-side.md ]] || results_var=" PME_SIDE_BY_SIDE_RESULTS=$results"
+  tested_at="$commit"
   command="PME_SIDE_BY_SIDE_FAULTS=$faults PME_SIDE_BY_SIDE_MODES=\"${modes[*]}\" PME_SIDE_BY_SIDE_ROUNDS=$rounds$results_var scripts/side-by-side.sh"
   if [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]]; then
-    # Each mode's report may come from a run of its own: say when each was written.
+    # Each mode's report may come from a run of its own: say when and at which commit.
     written=""
     for i in "${!modes[@]}"; do
       written="${written:+$written, }${modes[$i]} $(date -u -r "${reports[$i]}" '+%Y-%m-%d %H:%M UTC' 2>/dev/null || echo unknown)"
+      written="$written at $(cat "${reports[$i]%.txt}.commit" 2>/dev/null || echo unknown)"
     done
+    tested_at="at each report's commit above"
     echo "Table from each mode's last report ($written), rewritten on $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "by \`PME_SIDE_BY_SIDE_TABLE_ONLY=1\`; a whole run: \`$command\` (do not edit, run it again)."
   else
@@ -68,7 +75,7 @@ mkdir -p "$(dirname "$results")"
   fi
   echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1),"
   echo "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr);"
-  echo "passmower-elector $(git rev-parse --short HEAD 2>/dev/null || echo unknown). Rounds per fault per mode: as each report shows."
+  echo "passmower-elector $tested_at. Rounds per fault per mode: as each report shows."
   echo "What it measures: [testing.md](../testing.md#side-by-side-passmowers-own-election-against-ours)."
   echo
   python3 - "${reports[@]}" <<'PY'
