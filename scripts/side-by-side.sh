@@ -121,17 +121,17 @@ def longer_p(xs, ys):
     if len(xs) < 2 or len(ys) < 2:
         return None
     pooled = xs + ys
-    if math.comb(len(pooled), len(xs)) > 2_000_000:
+    splits = math.comb(len(pooled), len(xs))
+    if splits > 2_000_000:
         return None
     observed = u_stat(xs, ys)
-    hits = total_splits = 0
+    hits = 0
     for pick in itertools.combinations(range(len(pooled)), len(xs)):
         chosen = set(pick)
         a = [pooled[i] for i in pick]
         b = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        total_splits += 1
         hits += u_stat(a, b) >= observed - 1e-9
-    return hits / total_splits
+    return hits / splits
 def gap(rs):
     xs = sorted(nums(rs, "gap_ms"))
     none = len(rs) - len(xs)
