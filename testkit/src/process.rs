@@ -19,20 +19,34 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, Once, OnceLock};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::{getppid, Pid};
 
 type SpawnJob = (Command, mpsc::Sender<io::Result<Child>>);
 
-/// Spawns `cmd` on the spawner thread with `PR_SET_PDEATHSIG=SIGKILL` and registers its PID to
-/// be killed at exit. Call [`forget_at_exit`] once the child has been killed and reaped.
+/// Spawns `cmd` on the spawner thread with `PR_SET_PDEATHSIG=SIGKILL` and every signal at its
+/// default action, and registers its PID to be killed at exit. Call [`forget_at_exit`] once the
+/// child has been killed and reaped.
+///
+/// Why the default actions: dispositions set to "ignore" survive exec, so a test binary started
+/// with SIGHUP ignored (`nohup`, some CI runners) would hand that on to every app it starts, and
+/// a POSIX shell cannot trap a signal that was ignored on entry: the sh recording app would
+/// silently drop the HUP a test sends it, while its Node twin (Node resets dispositions at
+/// boot) records it. A container runtime starts every container with default actions; so does
+/// the kit. Any `pre_exec` the caller set runs before this one.
 pub fn spawn_tracked(mut cmd: Command) -> io::Result<Child> {
     let parent = std::process::id() as i32;
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-    // syscalls (prctl, getppid, _exit); it allocates nothing and takes no locks.
+    // syscalls (sigaction, prctl, getppid, _exit); it allocates nothing and takes no locks.
     unsafe {
         cmd.pre_exec(move || {
+            let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+            for sig in Signal::iterator() {
+                if sig != Signal::SIGKILL && sig != Signal::SIGSTOP {
+                    sigaction(sig, &default).map_err(io::Error::from)?;
+                }
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
             // The parent may have died between fork and prctl; then no signal would come.
             if getppid().as_raw() != parent {

@@ -367,6 +367,15 @@ fn start_recording_app(
     program: Program,
     leader_crash_after: Option<&str>,
 ) -> (ElectorProcess, tempfile::TempDir) {
+    start_recording_app_customized(program, leader_crash_after, |_| {})
+}
+
+/// As [`start_recording_app`], with `customize` applied to the command before the kit spawns it.
+fn start_recording_app_customized(
+    program: Program,
+    leader_crash_after: Option<&str>,
+    customize: impl FnOnce(&mut std::process::Command),
+) -> (ElectorProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let command = RecordingApp {
         dir: dir.path().to_owned(),
@@ -378,11 +387,12 @@ fn start_recording_app(
     }
     .command();
     let args: Vec<&str> = command[1..].iter().map(String::as_str).collect();
-    let app = ElectorProcess::spawn_program(
+    let app = ElectorProcess::spawn_program_customized(
         &format!("recording-app-{program:?}"),
         Path::new(&command[0]),
         &args,
         &[("MODE", OsStr::new("leader"))],
+        customize,
     );
     let runs = RecordingApp::runs_file(dir.path());
     assert!(
@@ -456,6 +466,51 @@ fn the_recording_app_as_sh_and_as_node_records_its_start_signals_and_stop_alike(
             start.at <= stop.at && stop.at <= BootTime::now(),
             "{records:?}"
         );
+    }
+}
+
+/// A test binary started with SIGHUP ignored (`nohup`, some CI runners) hands that on through
+/// exec, and a POSIX shell cannot trap a signal ignored on entry: the sh app would drop every
+/// HUP. The kit starts apps as a container runtime does, with default actions; the ignore is
+/// set here in the child (before the kit's own pre-exec step), as an inherited one would be.
+#[test]
+fn an_app_the_kit_starts_can_trap_a_signal_its_test_process_ignores() {
+    for program in [Program::Sh, Program::Node] {
+        let (mut app, dir) = start_recording_app_customized(program, None, |cmd| {
+            // SAFETY: between fork and exec; sigaction is async-signal-safe.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                    let ignore = nix::sys::signal::SigAction::new(
+                        nix::sys::signal::SigHandler::SigIgn,
+                        nix::sys::signal::SaFlags::empty(),
+                        nix::sys::signal::SigSet::empty(),
+                    );
+                    nix::sys::signal::sigaction(Signal::SIGHUP, &ignore)
+                        .map(drop)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        });
+        let pid = app.pid().as_raw();
+        let starts = dir.path().join("starts");
+        assert!(
+            wait_until(Duration::from_secs(10), POLL, || {
+                std::fs::read_to_string(&starts).is_ok_and(|s| !s.is_empty())
+            }),
+            "{program:?}: no starts line"
+        );
+        app.signal(Signal::SIGHUP);
+        let signals = dir.path().join("signals");
+        assert!(
+            wait_until(Duration::from_secs(10), POLL, || {
+                std::fs::read_to_string(&signals)
+                    .is_ok_and(|s| s.starts_with(&format!("HUP {pid} ")))
+            }),
+            "{program:?}: the HUP was not recorded: the app inherited an ignored SIGHUP"
+        );
+        app.signal(Signal::SIGTERM);
+        let status = app.wait_exit(Duration::from_secs(10)).expect("exits");
+        assert_eq!(status.code(), Some(0), "{program:?}: {}", app.logs());
     }
 }
 

@@ -170,3 +170,38 @@ fn orphaned_grandchildren_are_reaped() {
         zombie_children(sv.pid())
     );
 }
+
+/// A supervisor started with SIGHUP and SIGTERM ignored (`nohup`, a shell's `trap '' TERM`)
+/// must not hand the ignore on: a POSIX shell cannot trap a signal ignored on entry, so a
+/// shell-wrapped app would drop the HUP and, worse, the TERM of every graceful stop, and be
+/// killed after the grace instead (exit 137, no stop of its own). It holds because the
+/// supervisor catches every signal it forwards, and a caught signal is back at its default
+/// action in a child after exec; this test keeps it so.
+#[test]
+fn an_app_gets_forwarded_signals_even_when_the_supervisor_started_with_them_ignored() {
+    let sb = Sandbox::new();
+    let app = sb.recording_app(Some(7));
+    let ignoring = ["sh", "-c", "trap '' HUP TERM; exec \"$0\" \"$@\""];
+    let mut sv =
+        Supervisor::start_wrapped(&sb, &ignoring, &[], &[app.to_str().unwrap_or_default()]);
+    assert!(
+        wait_until(LIMIT, POLL, || sb.starts().len() == 1),
+        "app started"
+    );
+    sv.signal(Signal::SIGHUP);
+    assert!(
+        wait_until(LIMIT, POLL, || sb
+            .lines("signals")
+            .iter()
+            .any(|l| l.starts_with("HUP "))),
+        "the HUP reached the app"
+    );
+    sv.signal(Signal::SIGTERM);
+    let status = sv.wait_exit(LIMIT).expect("supervisor exits after SIGTERM");
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the app stopped on the TERM, not on the kill after the grace"
+    );
+    assert!(sb.lines("signals").iter().any(|l| l.starts_with("TERM ")));
+}
