@@ -64,6 +64,26 @@ pub fn needs_node() {
     );
 }
 
+/// Whether a test has what it needs (`have`) to check all it checks. Without it the test says
+/// on stderr what is not checked (`what`) and goes on with less, or returns, as it chooses;
+/// under CI (`CI` set, as `.ci/run` exports it), where everything is provided, a missing piece
+/// is a failure instead: a skip there would be a test that passes without running.
+pub fn have_or_skip(have: bool, what: &str) -> bool {
+    if !have {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "under CI this test must run whole, but {what}"
+        );
+        eprintln!("skipped: {what}");
+    }
+    have
+}
+
+/// Whether this process runs as root (see [`have_or_skip`] for the tests that need it).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// The repository's root (the kit is its `testkit/` member): its scripts, charts and docs.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -412,7 +412,10 @@ fn assert_metrics_match_the_term(port: u16, report: &Value) {
 /// status shows both while the third pod leads; the leader's metrics count its app's start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_says_why_a_pod_does_not_contend() {
-    let root = nix::unistd::geteuid().is_root();
+    let root = pme_testkit::have_or_skip(
+        pme_testkit::is_root(),
+        "pm-c is not run: a supervisor under another UID needs root",
+    );
     let ns = Cluster::shared().new_namespace().await;
     Cluster::shared().create_released_lease(&ns).await;
     let names = ["pm-a", "pm-b", "pm-c"];
@@ -477,9 +480,6 @@ async fn status_says_why_a_pod_does_not_contend() {
         );
         (sandbox, supervisor, elector)
     });
-    if !root {
-        eprintln!("pm-c skipped: a supervisor under another UID needs root");
-    }
 
     wait_for_leading_pod(&pods, Duration::from_secs(20), None);
     let (code, report) = status_until(&kubeconfig, &ns, Duration::from_secs(30), |code, r| {

@@ -229,8 +229,10 @@ fn assert_follower_only(sb: &Sandbox, sv: &Supervisor) {
 /// any other user. The error says so, and how to fix it, instead of only "permission denied".
 #[test]
 fn a_root_supervisor_without_capabilities_names_the_dropped_capability() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root, to chown the token and drop capabilities");
+    if !pme_testkit::have_or_skip(
+        pme_testkit::is_root(),
+        "it needs root, to chown the token and drop capabilities",
+    ) {
         return;
     }
     let sb = Sandbox::new();
