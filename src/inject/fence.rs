@@ -64,12 +64,23 @@ pub fn fence_policy_name(namespace: &str, service_account: &str) -> String {
     subdomain_name(&["passmower-elector-fence", namespace, service_account])
 }
 
-/// The writes Passmower's operators make, and nothing its HTTP side makes (from
-/// `src/operators` and `src/adapters/kubernetes.js` of Passmower 1.3.0): claiming
-/// OIDCClients and OIDCMiddlewareClients (status updates), the client Secrets (create, JSON
-/// patch, delete before a re-create), the secret-refresh Pods, and the Traefik Middlewares of
-/// OIDCMiddlewareClients. OIDCUser is left out: every replica's HTTP side creates and patches
-/// OIDCUsers and their status on logins, so fencing them would break logins on followers.
+/// The writes Passmower's operators make, and nothing its HTTP side makes, in every generation
+/// (`src/operators` of 1.3.0, the 2.2 era and 2.4; `tests/scenarios/fence_coverage.rs` reads
+/// each tree's operators and fails on an operator write no rule matches):
+/// - claiming OIDCClients and OIDCMiddlewareClients (status updates);
+/// - the client Secrets (create, JSON patch, delete before a re-create);
+/// - the secret refresh: a Pod (1.3) or a `batch/v1` Job (2.x), and the user-event-hook Jobs
+///   that run user-supplied provisioning (2.x);
+/// - the Traefik Middlewares of OIDCMiddlewareClients;
+/// - ingress discovery's OIDCClients (2.x: create, patch, and delete, which garbage-collects
+///   the client's Secret);
+/// - the status of OIDCUserEventHooks and SCIMConnections (2.x).
+///
+/// Left out, because every replica's HTTP side makes them: OIDCUsers and their status (logins),
+/// SCIMSubjects and SCIMGroups (the SCIM endpoint). Events are left out too: they change
+/// nothing an operator reads, and the elector writes its own under the same ServiceAccount.
+/// A rule for a resource a generation does not have (no Jobs in 1.3, no SCIMConnection CRD)
+/// matches nothing there.
 fn fenced_rules() -> Vec<NamedRuleWithOperations> {
     let rule = |group: &str, version: &str, operations: &[&str], resources: &[&str]| {
         NamedRuleWithOperations {
@@ -86,10 +97,22 @@ fn fenced_rules() -> Vec<NamedRuleWithOperations> {
             "codemowers.cloud",
             "*",
             &["UPDATE"],
-            &["oidcclients/status", "oidcmiddlewareclients/status"],
+            &[
+                "oidcclients/status",
+                "oidcmiddlewareclients/status",
+                "oidcusereventhooks/status",
+                "scimconnections/status",
+            ],
+        ),
+        rule(
+            "codemowers.cloud",
+            "*",
+            &["CREATE", "UPDATE", "DELETE"],
+            &["oidcclients"],
         ),
         rule("", "v1", &["CREATE", "UPDATE", "DELETE"], &["secrets"]),
         rule("", "v1", &["CREATE"], &["pods"]),
+        rule("batch", "v1", &["CREATE"], &["jobs"]),
         rule("traefik.io", "*", &["CREATE", "UPDATE"], &["middlewares"]),
     ]
 }

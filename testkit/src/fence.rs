@@ -107,7 +107,9 @@ pub async fn grant_passmower_rights(admin: &kube::Client, ns: &str, subject: &st
             &["secrets"],
             &["get", "create", "update", "patch", "delete"],
         ),
+        rule("codemowers.cloud", &["oidcclients"], &["delete"]),
         rule("", &["pods"], &["create"]),
+        rule("batch", &["jobs"], &["create"]),
         rule("", &["configmaps"], &["create"]),
     ];
     let meta = ObjectMeta {
@@ -283,7 +285,15 @@ pub async fn remove_fence(admin: &kube::Client, name: &str) {
 
 /// An OIDCClient `name` in `ns` with a minimal valid spec, as admin.
 pub async fn create_client(admin: &kube::Client, ns: &str, name: &str) {
-    let obj: DynamicObject = serde_json::from_value(json!({
+    Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients())
+        .create(&PostParams::default(), &oidc_client_object(ns, name))
+        .await
+        .unwrap_or_else(|e| panic!("create OIDCClient {name}: {e}"));
+}
+
+/// An OIDCClient `name` in `ns` as Passmower's CRD accepts it (what ingress discovery creates).
+pub fn oidc_client_object(ns: &str, name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
         "apiVersion": "codemowers.cloud/v1beta1",
         "kind": "OIDCClient",
         "metadata": {"name": name, "namespace": ns},
@@ -296,9 +306,5 @@ pub async fn create_client(admin: &kube::Client, ns: &str, name: &str) {
             "availableScopes": ["openid"],
         },
     }))
-    .expect("OIDCClient");
-    Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients())
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create OIDCClient {name}: {e}"));
+    .expect("OIDCClient")
 }

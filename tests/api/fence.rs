@@ -13,13 +13,14 @@ use crate::product::{install_fence, ElectorNamespaces};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use passmower_elector::inject::fence::DENIAL_PREFIX;
 use pme_testkit::fence::{
-    create_client, grant_passmower_rights, install_crds, mint_token, oidc_clients, oidc_users,
-    remove_fence, set_holder, FakePod,
+    create_client, grant_passmower_rights, install_crds, mint_token, oidc_client_object,
+    oidc_clients, oidc_users, remove_fence, set_holder, FakePod,
 };
 use pme_testkit::{client_from_kubeconfig, Cluster};
 use serde_json::json;
@@ -102,6 +103,47 @@ async fn create_pod(client: &kube::Client, ns: &str, name: &str) -> Verdict {
             .create(&PostParams::default(), &pod)
             .await,
     )
+}
+
+/// What the 2.x operators add: the secret refresh and the user-event-hook provisioning run as
+/// `batch/v1` Jobs.
+async fn create_job(client: &kube::Client, ns: &str, name: &str) -> Verdict {
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {
+            "serviceAccountName": SA,
+            "restartPolicy": "Never",
+            "containers": [{"name": "refresh", "image": "example.invalid/refresh:1"}],
+        }}},
+    }))
+    .expect("job");
+    verdict(
+        Api::<Job>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &job)
+            .await,
+    )
+}
+
+/// What 2.x's ingress discovery does with the OIDCClient of an Ingress: create it, patch it,
+/// delete it when the Ingress goes (which garbage-collects the client's Secret).
+async fn discovery_writes(client: &kube::Client, ns: &str, name: &str) -> [Verdict; 3] {
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &oidc_clients());
+    let create = verdict(
+        api.create(&PostParams::default(), &oidc_client_object(ns, name))
+            .await,
+    );
+    let patch = verdict(
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"displayName": format!("{name} (discovered)")}})),
+        )
+        .await,
+    );
+    let delete = verdict(api.delete(name, &DeleteParams::default()).await);
+    [create, patch, delete]
 }
 
 /// Creates OIDCClient `name` in `ns` as admin.
@@ -201,6 +243,17 @@ async fn only_the_lease_holders_pod_may_write_operator_objects() {
         "A's Pod create",
         &create_pod(&a.client, &ns.name, "refresh-a").await,
     );
+    assert_admitted(
+        "A's Job create",
+        &create_job(&a.client, &ns.name, "refresh-a").await,
+    );
+    for (v, what) in discovery_writes(&a.client, &ns.name, "discovered-a")
+        .await
+        .iter()
+        .zip(["create", "patch", "delete"])
+    {
+        assert_admitted(&format!("A's discovered OIDCClient {what}"), v);
+    }
     let b_mentions = [
         "pod passmower-b does not hold Lease",
         &ns.lease_ref(),
@@ -218,6 +271,35 @@ async fn only_the_lease_holders_pod_may_write_operator_objects() {
     assert_denied(
         "B's Pod create",
         &create_pod(&b.client, &ns.name, "refresh-b").await,
+        &b_mentions,
+    );
+    // A cut-off or thawed 2.x leader's secret-refresh or hook Job, and its ingress discovery.
+    assert_denied(
+        "B's Job create",
+        &create_job(&b.client, &ns.name, "refresh-b").await,
+        &b_mentions,
+    );
+    create_client(&admin, &ns.name, "discovered-b").await;
+    // Its create is refused, so its patch and delete then find nothing (404): only the
+    // create's verdict is the fence's.
+    let [create, _, _] = discovery_writes(&b.client, &ns.name, "discovered-b2").await;
+    assert_denied("B's discovered OIDCClient create", &create, &b_mentions);
+    let api = Api::<DynamicObject>::namespaced_with(b.client.clone(), &ns.name, &oidc_clients());
+    assert_denied(
+        "B's OIDCClient patch",
+        &verdict(
+            api.patch(
+                "discovered-b",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"displayName": "stale"}})),
+            )
+            .await,
+        ),
+        &b_mentions,
+    );
+    assert_denied(
+        "B's OIDCClient delete",
+        &verdict(api.delete("discovered-b", &DeleteParams::default()).await),
         &b_mentions,
     );
 

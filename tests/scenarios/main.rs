@@ -9,6 +9,7 @@ mod product;
 
 mod consumer_example;
 mod docs;
+mod fence_coverage;
 mod golden;
 mod harness;
 mod inject_errors;
