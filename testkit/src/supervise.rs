@@ -148,6 +148,9 @@ pub fn zombie_children(parent: i32) -> Vec<i32> {
     found
 }
 
+/// How long [`Supervisor::logged`] waits for a line.
+pub const LOGGED_LIMIT: Duration = Duration::from_secs(10);
+
 /// The supervisor under test: the real binary, its stderr collected for assertions.
 pub struct Supervisor {
     pub child: Child,
@@ -317,6 +320,18 @@ impl Supervisor {
         wait_until(limit, POLL, || sb.starts().iter().any(|(p, _)| *p == pid)).then_some(pid)
     }
 
+    /// Whether a line of the supervisor's stderr contains `needle`, waiting for it up to
+    /// [`LOGGED_LIMIT`]: its stderr reaches the test through a reader thread, which may not
+    /// have taken in a line the supervisor wrote before what the test just saw (its `/mode`,
+    /// an ack), least of all on a loaded machine. For a line that must be absent, read
+    /// [`Supervisor::log_contains`] after whatever would have caused it.
+    pub fn logged(&self, needle: &str) -> bool {
+        crate::wait::wait_until(LOGGED_LIMIT, crate::wait::POLL, || {
+            self.log_contains(needle)
+        })
+    }
+
+    /// Whether a line of the stderr taken in so far contains `needle` (no wait).
     pub fn log_contains(&self, needle: &str) -> bool {
         self.log
             .lock()

@@ -343,7 +343,7 @@ process.on('SIGTERM', () => process.exit(0));
         at("follower", "start") >= at("leader", "listening"),
         "the serving instance started after the leader instance listened: {events:?}"
     );
-    assert!(sv.log_contains("the leader instance listens; starting the serving instance"));
+    assert!(sv.logged("the leader instance listens; starting the serving instance"));
     // The pipe's number reached the leader instance alone, and the preload kept it from the
     // app's environment (and so from the app's own child processes).
     let leader = sv.mode()["child_pid"].as_i64().expect("leader instance") as i32;

@@ -175,7 +175,7 @@ fn a_standby_runs_no_app_code_until_promoted_then_leads_with_exactly_the_leader_
     assert!(m["child_pid"].is_null(), "{m}");
     assert_eq!(m["standby"]["spawned"], 1);
     assert!(
-        sv.log_contains("1 of 2 dependencies imported; skipped missing-dep"),
+        sv.logged("1 of 2 dependencies imported; skipped missing-dep"),
         "a dependency that cannot be imported is skipped"
     );
 
@@ -259,7 +259,7 @@ fn a_supervisor_killed_while_the_standby_waits_leaves_no_app_running_its_code() 
     assert!(gone, "the standby outlived its supervisor");
     assert_eq!(start_of(&sb, standby), None, "the standby ran the app");
     assert!(
-        sv.log_contains("withdrawn (the supervisor closed the pipe or is gone)"),
+        sv.logged("withdrawn (the supervisor closed the pipe or is gone)"),
         "the standby did not say why it exited"
     );
 }
@@ -374,7 +374,7 @@ fn a_promotion_with_no_standby_waiting_starts_the_leader_instance_afresh() {
     assert_ne!(leader_pid, standby);
     assert_eq!(m["standby"]["missed"], 1, "{m}");
     assert_eq!(m["standby"]["used"], 0, "{m}");
-    assert!(sv.log_contains("no standby waiting; starting the leader instance afresh"));
+    assert!(sv.logged("no standby waiting; starting the leader instance afresh"));
     assert!(wait_until(LIMIT, POLL, || start_of(&sb, leader_pid)
         .is_some_and(|l| l.starts_with(&format!(
             "{leader_pid} mode=leader extra=unset fd=unset imports=1 "
@@ -401,7 +401,7 @@ fn shutdown_kills_a_waiting_standby_at_once_and_exits_with_the_serving_instances
     );
     assert_eq!(start_of(&sb, standby), None);
     assert_eq!(sb.ack().expect("ack")["mode"], "stopped");
-    assert!(sv.log_contains("standby killed: the supervisor is shutting down"));
+    assert!(sv.logged("standby killed: the supervisor is shutting down"));
 }
 
 #[test]
