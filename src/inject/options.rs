@@ -146,8 +146,11 @@ pub struct SidecarArgs {
     /// namespace name is refused unless --deny-idle-namespace forbids creating it.
     #[arg(long, env = "ELECTOR_IDLE_NAMESPACE", default_value = DEFAULT_IDLE_NAMESPACE)]
     pub idle_namespace: String,
-    /// NAMESPACE_SELECTOR given to the leader; default: the container's own value, or `*`.
-    #[arg(long, env = "ELECTOR_NAMESPACE_SELECTOR")]
+    /// NAMESPACE_SELECTOR given to the leader, as Passmower reads it: empty for the pod's own
+    /// namespace, one name, `*` for every namespace, or comma-separated patterns. Default: the
+    /// container's own, wherever it comes from (`env`, `envFrom`, the image); a container that
+    /// sets none keeps Passmower's default, the pod's own namespace.
+    #[arg(long, env = "ELECTOR_NAMESPACE_SELECTOR", value_name = "SELECTOR")]
     pub namespace_selector: Option<String>,
     /// The elector container's resources as JSON (a Kubernetes ResourceRequirements), e.g.
     /// '{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}'.
@@ -287,7 +290,8 @@ pub struct InjectOptions {
     pub toggle_port: u16,
     /// Follower NAMESPACE_SELECTOR: a name no namespace has (see [`check_idle_namespace`]).
     pub idle_namespace: String,
-    /// Leader NAMESPACE_SELECTOR override.
+    /// Leader NAMESPACE_SELECTOR override (`""`: the pod's own namespace); `None`: the
+    /// container's own.
     pub namespace_selector: Option<String>,
     /// `idle_namespace` is guarded by an admission policy that forbids creating it: emitted
     /// here (unless `workload_only`: the chart's), required when it is a valid namespace name.
@@ -542,6 +546,20 @@ pub fn parse_app_command(s: &str) -> Result<Vec<String>, ConfigError> {
 /// Longest idle namespace accepted: a URL path segment's worth, as long as an object name.
 const IDLE_NAMESPACE_MAX: usize = 253;
 
+/// Refuses a leader `NAMESPACE_SELECTOR` (`--namespace-selector`, the webhook's annotation)
+/// of blanks only: Passmower would watch a namespace named by them, which cannot exist, so the
+/// leader would reconcile nothing. Empty is allowed: Passmower's own namespace.
+pub fn check_leader_selector(selector: &str) -> Result<(), String> {
+    if !selector.is_empty() && selector.trim().is_empty() {
+        return Err(
+            "is blank; allowed: empty for the pod's own namespace, one namespace name, \
+                    `*` for every namespace, or comma-separated patterns"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a follower `NAMESPACE_SELECTOR` that could ever select something.
 ///
 /// Passmower's `NamespaceFilter` turns one name without `*` or `,` into a namespaced watch and
@@ -685,13 +703,8 @@ impl InjectOptions {
             }
         }
         if let Some(selector) = &self.namespace_selector {
-            if selector.trim().is_empty() {
-                return Err(ConfigError::new(
-                    "--namespace-selector",
-                    selector,
-                    "must not be empty (use `*` for all namespaces)",
-                ));
-            }
+            check_leader_selector(selector)
+                .map_err(|reason| ConfigError::new("--namespace-selector", selector, reason))?;
         }
         if self.probe_port == 0 || self.toggle_port == 0 || self.probe_port == self.toggle_port {
             return Err(ConfigError::new(

@@ -178,7 +178,7 @@ pub fn rewrite_pod_spec(
     );
     native_election::check_lease_clash(main, lease, &opts.container)
         .map_err(|reason| site.error(reason))?;
-    wrap_main_container(main, site, opts, &supervise_flags, warnings)?;
+    wrap_main_container(main, site, opts, &supervise_flags)?;
     let drain = add_drain(main, site, opts, warnings);
     warnings.extend(super::sizing::memory_limit_warning(main, site, opts));
 
@@ -281,13 +281,13 @@ fn add_drain(
 }
 
 /// Replaces the container's entrypoint by `supervise`, moving NAMESPACE_SELECTOR into the
-/// per-mode environments.
+/// per-mode environments (the follower's always; the leader's when the container's `env` or
+/// `--namespace-selector` gives one, see [`leader_selector`]).
 fn wrap_main_container(
     main: &mut Mapping,
     site: &PodSite,
     opts: &InjectOptions,
     extra_flags: &[String],
-    warnings: &mut Vec<String>,
 ) -> Result<(), InjectError> {
     let words = |key: &str| -> Result<Option<Vec<String>>, InjectError> {
         match main.get(key) {
@@ -323,7 +323,7 @@ fn wrap_main_container(
         }
     };
 
-    let leader_selector = leader_selector(main, site, opts, warnings)?;
+    let leader_selector = leader_selector(main, site, opts)?;
     if main
         .get("env")
         .and_then(Value::as_sequence)
@@ -336,9 +336,14 @@ fn wrap_main_container(
         format!("--flag-file={FLAG_DIR}/grant.json"),
         format!("--listen=127.0.0.1:{}", opts.toggle_port),
         format!("--kill-grace={}", duration_flag(opts.kill_grace)),
-        format!("--leader-env={SELECTOR_VAR}={leader_selector}"),
-        format!("--follower-env={SELECTOR_VAR}={}", opts.idle_namespace),
     ];
+    if let Some(selector) = leader_selector {
+        supervise.push(format!("--leader-env={SELECTOR_VAR}={selector}"));
+    }
+    supervise.push(format!(
+        "--follower-env={SELECTOR_VAR}={}",
+        opts.idle_namespace
+    ));
     supervise.extend(extra_flags.iter().cloned());
     supervise.push("--".to_owned());
     supervise.extend(program);
@@ -407,35 +412,35 @@ fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
 /// own env (the supervisor sets it per mode). A `valueFrom` source cannot be read here, so it
 /// moves to [`LEADER_SELECTOR_VAR`] and the leader value becomes `$(VAR)`, which the kubelet
 /// expands in the container's arguments at start.
+///
+/// `None`: the container's `env` sets no NAMESPACE_SELECTOR and none is asked for, so the
+/// leader is given none and inherits the container's environment — exactly what the app ran
+/// with, wherever that comes from: unset (Passmower's pod namespace), an `envFrom` source or
+/// the image. Naming a value here instead would change the leader's scope behind the user's
+/// back: `*` would widen an unset selector to every namespace, and an empty one would narrow
+/// a selector `envFrom` supplies.
 fn leader_selector(
     main: &mut Mapping,
     site: &PodSite,
     opts: &InjectOptions,
-    warnings: &mut Vec<String>,
-) -> Result<String, InjectError> {
-    let has_env_from = main
-        .get("envFrom")
-        .and_then(Value::as_sequence)
-        .is_some_and(|s| !s.is_empty());
+) -> Result<Option<String>, InjectError> {
     let env = match main.get_mut("env") {
         None | Some(Value::Null) => None,
         Some(Value::Sequence(env)) => Some(env),
         Some(_) => return Err(site.error("container env is not a list")),
     };
-    let Some(env) = env else {
-        return Ok(default_selector(site, opts, has_env_from, warnings));
-    };
-    let position = env
-        .iter()
-        .rposition(|e| str_at(e, &["name"]) == Some(SELECTOR_VAR));
-    let Some(position) = position else {
-        return Ok(default_selector(site, opts, has_env_from, warnings));
+    let position = env.as_ref().and_then(|env| {
+        env.iter()
+            .rposition(|e| str_at(e, &["name"]) == Some(SELECTOR_VAR))
+    });
+    let (Some(env), Some(position)) = (env, position) else {
+        return Ok(opts.namespace_selector.clone());
     };
     // Kubernetes keeps the last of duplicate entries; drop every other one.
     let last = env.remove(position);
     env.retain(|e| str_at(e, &["name"]) != Some(SELECTOR_VAR));
     if let Some(explicit) = &opts.namespace_selector {
-        return Ok(explicit.clone());
+        return Ok(Some(explicit.clone()));
     }
     if let Some(source) = last.get("valueFrom").filter(|v| !v.is_null()) {
         let optional = ["configMapKeyRef", "secretKeyRef"].iter().any(|r| {
@@ -458,36 +463,18 @@ fn leader_selector(
         }
         // Last, where a kustomize patch (which appends new list items) puts it too.
         env.push(renamed);
-        return Ok(format!("$({LEADER_SELECTOR_VAR})"));
+        return Ok(Some(format!("$({LEADER_SELECTOR_VAR})")));
     }
-    Ok(last
-        .get("value")
-        .and_then(|v| match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            Value::Bool(b) => Some(b.to_string()),
-            _ => None,
-        })
-        .unwrap_or_default())
-}
-
-fn default_selector(
-    site: &PodSite,
-    opts: &InjectOptions,
-    has_env_from: bool,
-    warnings: &mut Vec<String>,
-) -> String {
-    if let Some(explicit) = &opts.namespace_selector {
-        return explicit.clone();
-    }
-    if has_env_from {
-        warnings.push(format!(
-            "{}: container {:?} sets no {SELECTOR_VAR} but has envFrom; if that supplies \
-             {SELECTOR_VAR}, the leader now gets `*` instead: pass --namespace-selector",
-            site.workload, opts.container
-        ));
-    }
-    "*".to_owned()
+    Ok(Some(
+        last.get("value")
+            .and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Bool(b) => Some(b.to_string()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+    ))
 }
 
 fn elector_container(

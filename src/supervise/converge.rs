@@ -41,7 +41,7 @@ pub const CONVERGE_LIMIT: Duration = Duration::from_secs(10);
 /// What the operator's `NamespaceFilter` reconciles, as far as this check can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
-    /// One namespace, listed by name (no `NAMESPACE_SELECTOR`: the pod's own; one name
+    /// One namespace, listed by name (`NAMESPACE_SELECTOR` unset or empty: the pod's own; one name
     /// without `*` or `,`: that one).
     Namespace(String),
     /// Every pattern must match (Passmower uses `micromatch.every`).
@@ -120,7 +120,8 @@ pub fn instance_name(namespace: &str, deployment: Option<&str>) -> String {
 /// How the check is set up: taken from the leader instance's environment.
 #[derive(Debug, Clone)]
 pub struct Converge {
-    /// `NAMESPACE_SELECTOR` of the leader instance (`None`: unset).
+    /// `NAMESPACE_SELECTOR` of the leader instance: its `--leader-env` value, else the
+    /// supervisor's own, which the leader instance inherits (`None`: unset).
     pub selector: Option<String>,
     /// `DEPLOYMENT_NAME` of the leader instance.
     pub deployment: Option<String>,

@@ -32,7 +32,9 @@
 //!   token the app runs only as follower. The kill grace in force is never longer than the K the
 //!   elector announces.
 //! - Every key of `--leader-env` must be given a follower value too, or the follower would run
-//!   with whatever the container sets for it (see [`options::check_mode_pairs`]).
+//!   with whatever the container sets for it (see [`options::check_mode_pairs`]); and a follower
+//!   `NAMESPACE_SELECTOR` must be one plain name, never empty, `*` or a list (see
+//!   [`options::check_follower_selector`]).
 //! - With `--on-change=leader-instance` two process groups run: the serving instance (follower
 //!   environment, from start to shutdown, restarted only when it exits on its own) and, while
 //!   leader, the leader instance, which is the grant-following child above with everything said

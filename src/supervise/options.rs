@@ -56,13 +56,17 @@ pub struct SuperviseArgs {
 
     /// Environment variable set for the app in leader mode; repeatable. In ELECTOR_LEADER_ENV,
     /// separate several pairs with newlines. Every KEY needs a --follower-env KEY=… as well
-    /// (an empty value is fine), or the follower would inherit the container's own KEY.
+    /// (an empty value is fine, except for NAMESPACE_SELECTOR), or the follower would inherit
+    /// the container's own KEY. A KEY only --follower-env sets is the container's own value
+    /// (or unset) in leader mode.
     #[arg(long, env = "ELECTOR_LEADER_ENV", value_name = "KEY=VALUE",
         value_parser = parse_key_value, value_delimiter = '\n')]
     pub leader_env: Vec<(String, String)>,
 
     /// Environment variable set for the app in follower mode; repeatable. In ELECTOR_FOLLOWER_ENV,
-    /// separate several pairs with newlines.
+    /// separate several pairs with newlines. Passmower's NAMESPACE_SELECTOR must be one
+    /// namespace name that no namespace has: empty (Passmower's own namespace) and values with
+    /// `*` or `,` (patterns over every namespace) exit 2, as every follower would run operators.
     #[arg(long, env = "ELECTOR_FOLLOWER_ENV", value_name = "KEY=VALUE",
         value_parser = parse_key_value, value_delimiter = '\n')]
     pub follower_env: Vec<(String, String)>,
@@ -262,7 +266,8 @@ pub fn check_mode_pairs(
                 format!("{key}={value}"),
                 format!(
                     "{key} has no follower value, so the follower would inherit the container's \
-                     own {key}; add --follower-env {key}=<follower value> (an empty value is allowed)"
+                     own {key}; add --follower-env {key}=<follower value> (an empty value is \
+                     allowed, except for {SELECTOR_VAR})"
                 ),
             ));
         }
@@ -301,6 +306,34 @@ pub fn check_mode_pairs(
     Ok(())
 }
 
+/// Passmower's namespace variable, which its operators filter by and its HTTP side ignores.
+pub const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
+
+/// A follower `NAMESPACE_SELECTOR` must select nothing, and Passmower reads an empty one as its
+/// pod's own namespace and one with `*` or `,` as patterns over every namespace: a follower so
+/// configured runs operators beside the leader. Only one plain name keeps it idle (inject's
+/// default names one no namespace can have). Every occurrence is checked, not only the last.
+pub fn check_follower_selector(follower_env: &[(String, String)]) -> Result<(), ConfigError> {
+    for (key, value) in follower_env.iter().filter(|(k, _)| k == SELECTOR_VAR) {
+        let why = if value.trim().is_empty() {
+            "is empty, which Passmower reads as its pod's own namespace"
+        } else if value.contains('*') || value.contains(',') {
+            "holds `*` or `,`, which Passmower reads as patterns over every namespace"
+        } else {
+            continue;
+        };
+        return Err(ConfigError::new(
+            "--follower-env",
+            format!("{key}={value}"),
+            format!(
+                "{key} {why}, so every follower would run operators; allowed: one namespace \
+                 name that no namespace has, e.g. passmower-elector_idle"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the flags and binds the toggle's socket; every error here is a configuration error.
 pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     if args.command.is_empty() {
@@ -331,6 +364,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
         &args.leader_args,
         &args.follower_args,
     )?;
+    check_follower_selector(&args.follower_env)?;
     check_durations(&args)?;
     let leader_env = leader_instance_env(&args, addr)?;
     let converge = converge_settings(&args, &leader_env)?;
@@ -411,7 +445,7 @@ fn converge_settings(
             .or_else(|| std::env::var(key).ok())
     };
     Ok(Some(converge::Converge {
-        selector: leader_value("NAMESPACE_SELECTOR"),
+        selector: leader_value(SELECTOR_VAR),
         deployment: leader_value("DEPLOYMENT_NAME"),
     }))
 }

@@ -9,8 +9,8 @@ use super::patch;
 use super::review::{AdmissionRequest, AdmissionResponse};
 use crate::config::is_dns1123_subdomain;
 use crate::inject::{
-    describe_pod, inject_pod, not_a_target, parse_app_command, InjectError, InjectOptions,
-    PodOutcome, LEASE_ANNOTATION,
+    check_leader_selector, describe_pod, inject_pod, not_a_target, parse_app_command, InjectError,
+    InjectOptions, PodOutcome, LEASE_ANNOTATION,
 };
 
 /// Label (on a namespace or a pod) that opts in with `enabled`; on a pod, `disabled` opts out
@@ -20,7 +20,8 @@ pub const INJECT_LABEL: &str = "passmower-elector.io/inject";
 pub const CONTAINER_ANNOTATION: &str = "passmower-elector.io/container";
 /// Pod annotation: the app's command, instead of `--app-command` (words, or a JSON array).
 pub const APP_COMMAND_ANNOTATION: &str = "passmower-elector.io/app-command";
-/// Pod annotation: the leader's NAMESPACE_SELECTOR, instead of `--namespace-selector`.
+/// Pod annotation: the leader's NAMESPACE_SELECTOR, instead of `--namespace-selector` (empty:
+/// the pod's own namespace).
 pub const NAMESPACE_SELECTOR_ANNOTATION: &str = "passmower-elector.io/namespace-selector";
 /// Namespaces never injected, whatever their labels: the cluster's own.
 pub const NEVER_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -232,9 +233,11 @@ impl Injector {
             );
         }
         if let Some(selector) = annotation(NAMESPACE_SELECTOR_ANNOTATION) {
-            if selector.trim().is_empty() {
+            if check_leader_selector(selector).is_err() {
                 return Err(format!(
-                    "annotation {NAMESPACE_SELECTOR_ANNOTATION} is empty (use `*` for all namespaces)"
+                    "annotation {NAMESPACE_SELECTOR_ANNOTATION} is blank; leave it empty for the \
+                     pod's own namespace, or give one namespace name, `*` for every namespace, \
+                     or comma-separated patterns"
                 ));
             }
             opts.namespace_selector = Some(selector.to_owned());
@@ -461,6 +464,63 @@ mod tests {
             assert!(message.contains(expected), "{key}: {message}");
             assert!(message.contains("pm/Pod/passmower-5f7c9-*"), "{message}");
         }
+    }
+
+    /// A container that sets no NAMESPACE_SELECTOR keeps Passmower's own-namespace scope: the
+    /// leader gets no selector of its own (it inherits the unset one), only the follower's is
+    /// set. An empty annotation asks for the own namespace explicitly; a blank one is refused.
+    #[tokio::test]
+    async fn a_pod_without_a_selector_keeps_its_own_namespace() {
+        let args_of = |pod: &Value, response: AdmissionResponse| -> Vec<String> {
+            let after = apply(
+                pod,
+                &serde_json::from_slice(&response.patch.unwrap().0).unwrap(),
+            );
+            after["spec"]["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let selectors = |args: &[String]| -> Vec<String> {
+            args.iter()
+                .filter(|a| a.contains("NAMESPACE_SELECTOR"))
+                .cloned()
+                .collect()
+        };
+        let mut pod = deployment_pod();
+        pod["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("env");
+        let (response, outcome) = admitted(pod.clone()).await;
+        assert_eq!(outcome, Outcome::Injected, "{response:?}");
+        let args = args_of(&pod, response);
+        assert_eq!(
+            selectors(&args),
+            ["--follower-env=NAMESPACE_SELECTOR=passmower-elector_idle"],
+            "{args:?}"
+        );
+
+        pod["metadata"]["annotations"] = json!({ NAMESPACE_SELECTOR_ANNOTATION: "" });
+        let (response, outcome) = admitted(pod.clone()).await;
+        assert_eq!(outcome, Outcome::Injected, "{response:?}");
+        let args = args_of(&pod, response);
+        assert_eq!(
+            selectors(&args),
+            [
+                "--leader-env=NAMESPACE_SELECTOR=",
+                "--follower-env=NAMESPACE_SELECTOR=passmower-elector_idle"
+            ],
+            "{args:?}"
+        );
+
+        pod["metadata"]["annotations"] = json!({ NAMESPACE_SELECTOR_ANNOTATION: "  " });
+        let (response, outcome) = admitted(pod).await;
+        assert_eq!(outcome, Outcome::Refused);
+        let message = response.status.unwrap().message;
+        assert!(message.contains(NAMESPACE_SELECTOR_ANNOTATION), "{message}");
     }
 
     #[tokio::test]

@@ -183,6 +183,8 @@ exec "$@" node --no-warnings src/app.js"#;
     // The later generations need outbound email configured or off (1.3.0 ignores it).
     .env("OUTBOUND_EMAIL_ENABLED", "false")
     .env("PORT", port.to_string())
+    // Unset unless `env` sets it, as in a pod whose container sets none.
+    .env_remove("NAMESPACE_SELECTOR")
     .envs(env.iter().copied())
     .stdin(std::process::Stdio::null())
     .stdout(std::fs::File::create(log).expect("log"))

@@ -217,6 +217,61 @@ fn statefulset_with_another_container_name() {
     );
 }
 
+/// A container that sets no NAMESPACE_SELECTOR runs Passmower's operators in the pod's own
+/// namespace (Passmower reads unset and empty so): the leader is given no selector of its own,
+/// so it keeps the container's (unset), and only the follower's is overridden. An empty
+/// `--namespace-selector` asks for the own namespace explicitly (an empty leader value).
+#[test]
+fn a_container_without_a_selector_keeps_its_own_namespace() {
+    let input = golden("own-namespace.in.yaml");
+    let ran = inject(&[], &input, &[]);
+    assert_eq!(ran.status, ExitStatus::Code(0), "stderr: {}", ran.stderr);
+    check_golden("own-namespace.out.yaml", &ran.stdout);
+    assert!(
+        !ran.stdout.contains("--leader-env=NAMESPACE_SELECTOR"),
+        "the leader must inherit the container's (unset) selector:\n{}",
+        ran.stdout
+    );
+    assert!(
+        !ran.stdout.contains("NAMESPACE_SELECTOR=*"),
+        "{}",
+        ran.stdout
+    );
+    assert!(ran
+        .stdout
+        .contains("--follower-env=NAMESPACE_SELECTOR=passmower-elector_idle"));
+    assert!(!ran.stderr.contains("NAMESPACE_SELECTOR"), "{}", ran.stderr);
+
+    for flag in ["--namespace-selector=", "--namespace-selector"] {
+        let args: &[&str] = if flag.ends_with('=') {
+            &[flag]
+        } else {
+            &[flag, ""]
+        };
+        let own = inject(args, &input, &[]);
+        assert_eq!(own.status, ExitStatus::Code(0), "{flag}: {}", own.stderr);
+        let leader: Vec<&str> = own
+            .stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("- --leader-env=NAMESPACE_SELECTOR"))
+            .collect();
+        assert_eq!(leader, ["- --leader-env=NAMESPACE_SELECTOR="], "{flag}");
+    }
+    let env_own = inject(&[], &input, &[("ELECTOR_NAMESPACE_SELECTOR", "")]);
+    assert_eq!(env_own.status, ExitStatus::Code(0), "{}", env_own.stderr);
+    assert!(env_own
+        .stdout
+        .contains("- --leader-env=NAMESPACE_SELECTOR=\n"));
+    let blank = inject(&["--namespace-selector= "], &input, &[]);
+    assert_eq!(blank.status, ExitStatus::Code(2), "{}", blank.stderr);
+    assert!(
+        blank.stderr.contains("--namespace-selector"),
+        "{}",
+        blank.stderr
+    );
+}
+
 /// What `kubectl get deploy -o yaml` prints: a `kind: List` of live objects. It stays one List,
 /// the companions become items, the sidecars run as the app's non-root user.
 #[test]

@@ -197,6 +197,48 @@ fn a_leader_env_key_without_a_follower_value_is_refused_naming_the_key() {
     );
 }
 
+/// Passmower reads an empty NAMESPACE_SELECTOR as its own namespace and one with `*` or `,` as
+/// patterns over every namespace: a follower so configured runs operators. Refused, from the
+/// flag and from its variable alike, naming the flag and what is allowed.
+#[test]
+fn a_follower_selector_that_selects_namespaces_is_refused() {
+    for value in ["", " ", "*", "tenant-*", "a,b", "passmower-elector_idle,"] {
+        let sb = Sandbox::new();
+        let f = flag(&sb);
+        let follower = format!("NAMESPACE_SELECTOR={value}");
+        let out = run(
+            &sb,
+            &[
+                "--flag-file",
+                &f,
+                "--listen",
+                "127.0.0.1:0",
+                "--leader-env",
+                "NAMESPACE_SELECTOR=passmower",
+                "--follower-env",
+                &follower,
+            ],
+            true,
+        );
+        assert_config_error(
+            &sb,
+            &out,
+            &[
+                "--follower-env",
+                "NAMESPACE_SELECTOR",
+                "one namespace name that no namespace has",
+            ],
+        );
+        let out = run_in(
+            &sb,
+            &["--flag-file", &f, "--listen", "127.0.0.1:0"],
+            Some(&[]),
+            &[("ELECTOR_FOLLOWER_ENV", &format!("LOG=info\n{follower}"))],
+        );
+        assert_config_error(&sb, &out, &["--follower-env", "NAMESPACE_SELECTOR"]);
+    }
+}
+
 #[test]
 fn leader_args_without_their_follower_counterpart_are_refused() {
     let sb = Sandbox::new();

@@ -117,7 +117,49 @@ fn container_without_command_gets_passmowers_default() {
     let args = main_args(&value);
     let dashdash = args.iter().position(|a| a == "--").unwrap();
     assert_eq!(args[dashdash + 1..], PASSMOWER_APP_COMMAND[..]);
-    assert!(args.contains(&"--leader-env=NAMESPACE_SELECTOR=*".to_owned()));
+}
+
+/// The selector flags of a rewritten Deployment's supervisor.
+fn selector_flags(value: &Value) -> Vec<String> {
+    main_args(value)
+        .into_iter()
+        .filter(|a| a.contains("NAMESPACE_SELECTOR"))
+        .collect()
+}
+
+/// A container whose `env` sets no NAMESPACE_SELECTOR runs Passmower in its pod's namespace,
+/// or with what `envFrom` or the image supplies: the leader is given no value of its own and
+/// inherits that, silently and without a warning, since nothing changes. Only an explicit
+/// `--namespace-selector` (empty: the pod's own namespace) is written for the leader.
+#[test]
+fn a_container_without_a_selector_keeps_its_own_for_the_leader() {
+    let follower = "--follower-env=NAMESPACE_SELECTOR=passmower-elector_idle".to_owned();
+    let with_env_from = format!(
+        "{DEPLOYMENT}        envFrom:
+        - configMapRef: {{name: passmower-settings}}
+"
+    );
+    for text in [DEPLOYMENT.to_owned(), with_env_from] {
+        let (value, warnings) = rewritten(&text, &opts());
+        assert_eq!(selector_flags(&value), [follower.as_str()], "{text}");
+        assert!(
+            warnings.iter().all(|w| !w.contains("NAMESPACE_SELECTOR")),
+            "{warnings:?}"
+        );
+        for explicit in ["", "*", "tenant-a"] {
+            let opts = InjectOptions {
+                namespace_selector: Some(explicit.to_owned()),
+                ..opts()
+            };
+            assert_eq!(
+                selector_flags(&rewritten(&text, &opts).0),
+                [
+                    format!("--leader-env=NAMESPACE_SELECTOR={explicit}"),
+                    follower.clone()
+                ]
+            );
+        }
+    }
 }
 
 #[test]
