@@ -52,6 +52,7 @@
 mod child;
 pub mod converge;
 mod follow;
+mod health;
 mod instance;
 mod listening;
 pub mod mode;
