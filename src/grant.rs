@@ -89,6 +89,14 @@ pub struct Grant {
     /// the supervisor started (for metrics).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub leader_crashes: u64,
+    /// Only in acks: leader instances the supervisor restarted because their health endpoint
+    /// (`--leader-health-url`) failed too often in a row, since it started (for metrics).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leader_unhealthy: u64,
+    /// Only in acks: failed probes of the leader instance's health endpoint since the
+    /// supervisor started (for metrics).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leader_probe_failures: u64,
     /// The same expiry as RFC 3339 wall-clock time, for humans only; never used for decisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
@@ -124,6 +132,8 @@ impl Grant {
             leader_start_failures: 0,
             leader_starts: 0,
             leader_crashes: 0,
+            leader_unhealthy: 0,
+            leader_probe_failures: 0,
             expires_at: Some(clock::rfc3339_of(expires)),
             mac: None,
         }
@@ -144,6 +154,8 @@ impl Grant {
             leader_start_failures: 0,
             leader_starts: 0,
             leader_crashes: 0,
+            leader_unhealthy: 0,
+            leader_probe_failures: 0,
             expires_at: None,
             mac: None,
         }

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use super::status::SharedStatus;
 use crate::clock::{self, BootInstant};
 use crate::election::HandoverCause;
+use crate::grant::Grant;
 
 /// Handles to every metric; cloning shares the underlying values.
 #[derive(Clone)]
@@ -42,6 +43,10 @@ pub struct Metrics {
     /// must not turn the supervisor's running total into a counter reset.
     pub leader_app_starts: Family<Vec<(&'static str, &'static str)>, Counter>,
     pub leader_app_crashes: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// The supervisor's restarts of a leader instance whose health endpoint failed too often in
+    /// a row, and its failed probes of that endpoint, likewise from its signed acks.
+    pub leader_app_unhealthy: Family<Vec<(&'static str, &'static str)>, Counter>,
+    pub leader_app_health_probe_failures: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl Metrics {
@@ -62,6 +67,8 @@ impl Metrics {
             last_leaderless: Gauge::default(),
             leader_app_starts: Family::default(),
             leader_app_crashes: Family::default(),
+            leader_app_unhealthy: Family::default(),
+            leader_app_health_probe_failures: Family::default(),
         };
         // Every cause from the start, so a rule over the counter sees a series at 0.
         for cause in HandoverCause::ALL {
@@ -118,6 +125,16 @@ impl Metrics {
             "Leader-mode app runs that ended on their own (or could not start) in this pod's supervisor since it started, from its signed acks",
             m.leader_app_crashes.clone(),
         );
+        registry.register(
+            "leader_app_unhealthy",
+            "Leader instances this pod's supervisor stopped and restarted because their health endpoint (supervise --leader-health-url) failed too often in a row, since it started, from its signed acks",
+            m.leader_app_unhealthy.clone(),
+        );
+        registry.register(
+            "leader_app_health_probe_failures",
+            "Probes of the leader instance's health endpoint (supervise --leader-health-url) that got no 2xx answer in time, since this pod's supervisor started, from its signed acks",
+            m.leader_app_health_probe_failures.clone(),
+        );
         registry.register_collector(Box::new(GrantView(status)));
         (m, registry)
     }
@@ -131,15 +148,20 @@ impl Metrics {
     }
 
     /// Mirrors the supervisor's leader-app totals from its latest signed ack.
-    pub fn leader_app_totals(&self, starts: u64, crashes: u64) {
+    pub fn leader_app_totals(&self, report: &Grant) {
         let set = |family: &Family<Vec<(&'static str, &'static str)>, Counter>, value: u64| {
             family
                 .get_or_create(&Vec::new())
                 .inner()
                 .store(value, std::sync::atomic::Ordering::Relaxed);
         };
-        set(&self.leader_app_starts, starts);
-        set(&self.leader_app_crashes, crashes);
+        set(&self.leader_app_starts, report.leader_starts);
+        set(&self.leader_app_crashes, report.leader_crashes);
+        set(&self.leader_app_unhealthy, report.leader_unhealthy);
+        set(
+            &self.leader_app_health_probe_failures,
+            report.leader_probe_failures,
+        );
     }
 
     pub fn api_error(&self, kind: &'static str) {
@@ -250,7 +272,14 @@ mod tests {
     fn the_supervisors_totals_appear_with_its_first_ack_and_follow_it() {
         let (m, registry) = Metrics::new(SharedStatus::default());
         assert!(!render(&registry).contains("passmower_elector_leader_app_starts_total "));
-        m.leader_app_totals(3, 1);
+        let totals = |starts, crashes, unhealthy, probe_failures| Grant {
+            leader_starts: starts,
+            leader_crashes: crashes,
+            leader_unhealthy: unhealthy,
+            leader_probe_failures: probe_failures,
+            ..Grant::follower("", 0, Default::default(), "")
+        };
+        m.leader_app_totals(&totals(3, 1, 0, 0));
         let text = render(&registry);
         assert!(
             text.contains("passmower_elector_leader_app_starts_total 3"),
@@ -260,8 +289,23 @@ mod tests {
             text.contains("passmower_elector_leader_app_crashes_total 1"),
             "{text}"
         );
+        // The health figures have a series from the first ack, at 0 until a probe fails.
+        assert!(
+            text.contains("passmower_elector_leader_app_unhealthy_total 0"),
+            "{text}"
+        );
+        m.leader_app_totals(&totals(4, 1, 1, 3));
+        let text = render(&registry);
+        assert!(
+            text.contains("passmower_elector_leader_app_unhealthy_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("passmower_elector_leader_app_health_probe_failures_total 3"),
+            "{text}"
+        );
         // A restarted supervisor counts from 0 again: a counter reset, as Prometheus expects.
-        m.leader_app_totals(1, 0);
+        m.leader_app_totals(&totals(1, 0, 0, 0));
         assert!(render(&registry).contains("passmower_elector_leader_app_starts_total 1"));
     }
 

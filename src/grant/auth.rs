@@ -14,11 +14,13 @@
 //! grant: grant-v1|MODE|LEN:HOLDER|EPOCH|INCARNATION|SEQ|LEN:LEASE|EXPIRES_BOOTTIME_NS|RENEW_DEADLINE_NS|KILL_GRACE_NS
 //! ack:   ack-v1|MODE|INCARNATION|SEQ|LEADER_START_FAILURES
 //! ack:   ack-v2|MODE|INCARNATION|SEQ|LEADER_START_FAILURES|LEADER_STARTS|LEADER_CRASHES
+//! ack:   ack-v3|MODE|INCARNATION|SEQ|LEADER_START_FAILURES|LEADER_STARTS|LEADER_CRASHES|LEADER_UNHEALTHY|LEADER_PROBE_FAILURES
 //! ```
 //!
-//! An ack whose `leader_starts` and `leader_crashes` are both 0 (or absent) is signed as
-//! `ack-v1`, anything else as `ack-v2`: consumers that count nothing keep the first form, and
-//! a count taken out of an ack changes its form and so breaks its MAC.
+//! An ack whose `leader_unhealthy` and `leader_probe_failures` are not both 0 is signed as
+//! `ack-v3`; otherwise one whose `leader_starts` and `leader_crashes` are both 0 (or absent) as
+//! `ack-v1`, anything else as `ack-v2`: consumers that count nothing (or probe nothing) keep
+//! the shorter forms, and a count taken out of an ack changes its form and so breaks its MAC.
 //!
 //! `expires_at` (for humans) and `mac` itself are not covered. The two prefixes keep a grant's
 //! MAC from ever passing as an ack's: a copy of the elector's own follower object in the ack
@@ -147,7 +149,19 @@ pub fn grant_canonical(g: &Grant) -> String {
 
 /// The string an ack's `mac` covers; see the module documentation.
 pub fn ack_canonical(a: &Grant) -> String {
-    if a.leader_starts == 0 && a.leader_crashes == 0 {
+    if a.leader_unhealthy != 0 || a.leader_probe_failures != 0 {
+        format!(
+            "ack-v3|{}|{}|{}|{}|{}|{}|{}|{}",
+            a.mode,
+            a.incarnation,
+            a.seq,
+            a.leader_start_failures,
+            a.leader_starts,
+            a.leader_crashes,
+            a.leader_unhealthy,
+            a.leader_probe_failures
+        )
+    } else if a.leader_starts == 0 && a.leader_crashes == 0 {
         format!(
             "ack-v1|{}|{}|{}|{}",
             a.mode, a.incarnation, a.seq, a.leader_start_failures
@@ -337,6 +351,16 @@ mod tests {
         ack.leader_starts = 5;
         ack.leader_crashes = 1;
         assert_eq!(ack_canonical(&ack), "ack-v2|stopped|829374651234|42|2|5|1");
+        ack.leader_probe_failures = 7;
+        assert_eq!(
+            ack_canonical(&ack),
+            "ack-v3|stopped|829374651234|42|2|5|1|0|7"
+        );
+        ack.leader_unhealthy = 2;
+        assert_eq!(
+            ack_canonical(&ack),
+            "ack-v3|stopped|829374651234|42|2|5|1|2|7"
+        );
     }
 
     /// The counts are covered: an ack whose counts were changed, or dropped, fails.
@@ -347,6 +371,8 @@ mod tests {
         ack.mode = Mode::Leader;
         ack.leader_starts = 4;
         ack.leader_crashes = 2;
+        ack.leader_unhealthy = 1;
+        ack.leader_probe_failures = 3;
         k.sign_ack(&mut ack);
         assert!(k.verify_ack(&ack));
         for edit in [
@@ -355,6 +381,12 @@ mod tests {
             |a: &mut Grant| {
                 a.leader_starts = 0;
                 a.leader_crashes = 0;
+            },
+            |a: &mut Grant| a.leader_unhealthy = 0,
+            |a: &mut Grant| a.leader_probe_failures = 4,
+            |a: &mut Grant| {
+                a.leader_unhealthy = 0;
+                a.leader_probe_failures = 0;
             },
         ] {
             let mut forged = ack.clone();

@@ -39,6 +39,9 @@ pub const APP_METRICS_PORT: u16 = 9090;
 /// The loopback port the leader instance's metrics port moves to (`--leader-port-map`), which
 /// the elector serves at `/metrics/leader-app` on its probe port.
 pub const LEADER_APP_METRICS_PORT: u16 = 19090;
+/// Passmower's health route on its metrics server (`src/routes/metrics-server.js`): 200 when
+/// Redis takes a write and the API server a list, the route its own chart's liveness probe uses.
+pub const APP_HEALTH_PATH: &str = "/health";
 /// The elector's path for the leader instance's metrics.
 pub const LEADER_APP_METRICS_PATH: &str = "/metrics/leader-app";
 /// The env var that carries a `valueFrom` NAMESPACE_SELECTOR to the supervisor's arguments,

@@ -18,10 +18,10 @@ use serde_norway::{Mapping, Value};
 use super::error::InjectError;
 use super::identity::AppIdentity;
 use super::names::{
-    WorkloadKind, APP_METRICS_PORT, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER, DRAIN_SECONDS,
-    ELECTOR_CONTAINER, FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION, INSTALL_CONTAINER,
-    LEADER_APP_METRICS_PORT, LEADER_SELECTOR_VAR, LEASE_ANNOTATION, PASSMOWER_APP_COMMAND,
-    PROBE_PORT_NAME, SIDECAR_UID, VERSION, WARNINGS_ANNOTATION,
+    WorkloadKind, APP_HEALTH_PATH, APP_METRICS_PORT, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER,
+    DRAIN_SECONDS, ELECTOR_CONTAINER, FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION,
+    INSTALL_CONTAINER, LEADER_APP_METRICS_PORT, LEADER_SELECTOR_VAR, LEASE_ANNOTATION,
+    PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, SIDECAR_UID, VERSION, WARNINGS_ANNOTATION,
 };
 use super::native_election::{self, PassmowerElection};
 use super::options::{AppOnChange, InjectOptions, KubeVersion};
@@ -386,7 +386,10 @@ fn wrap_main_container(
 /// (measured on Passmower: about as much memory as the leader instance, which every pod's limit
 /// must hold anyway). Passmower's container also gets `--converge-oidc-clients`: its client
 /// operator skips a client already in Redis, so a Secret create the write fence refused at a
-/// takeover would otherwise stay missing until the OIDCClient changes.
+/// takeover would otherwise stay missing until the OIDCClient changes. Passmower's leader
+/// instance is also probed on its own `/health` (on the metrics port, so at the moved one): the
+/// kubelet's probes reach only the serving instance. Another app's health route is not known,
+/// and a wrong one would restart a working leader until it steps down, so it gets none.
 fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
     let mut flags = match opts.app_on_change() {
         AppOnChange::LeaderInstance => {
@@ -395,6 +398,11 @@ fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
                 format!("--leader-port-map={APP_METRICS_PORT}={LEADER_APP_METRICS_PORT}"),
                 "--leader-port-map=*=0".to_owned(),
             ];
+            if opts.container == DEFAULT_CONTAINER {
+                flags.push(format!(
+                    "--leader-health-url=http://127.0.0.1:{LEADER_APP_METRICS_PORT}{APP_HEALTH_PATH}"
+                ));
+            }
             if opts.leader_standby {
                 flags.push("--leader-standby".to_owned());
             }

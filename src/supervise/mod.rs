@@ -54,6 +54,7 @@
 mod child;
 pub mod converge;
 mod follow;
+mod health;
 mod instance;
 mod listening;
 pub mod mode;

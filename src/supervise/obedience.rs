@@ -55,6 +55,10 @@ pub struct LeaderCounts {
     pub starts: u64,
     /// Leader runs that ended on their own, or could not start, since the supervisor started.
     pub crashes: u64,
+    /// Leader instances restarted because `--leader-health-url` failed too often in a row.
+    pub unhealthy: u64,
+    /// Failed probes of `--leader-health-url`.
+    pub probe_failures: u64,
 }
 
 /// What the supervisor has obeyed and acked, and what it knows from that of its elector.
@@ -308,6 +312,8 @@ impl Obedience {
         ack.leader_start_failures = counts.failures_in_a_row;
         ack.leader_starts = counts.starts;
         ack.leader_crashes = counts.crashes;
+        ack.leader_unhealthy = counts.unhealthy;
+        ack.leader_probe_failures = counts.probe_failures;
         self.trust.sign_ack(&mut ack);
         ack
     }
@@ -367,6 +373,7 @@ mod tests {
             ),
             converge: None,
             standby: None,
+            health: None,
         };
         (Obedience::new(&settings, trust), key)
     }
@@ -501,6 +508,8 @@ mod tests {
             failures_in_a_row: 2,
             starts: 5,
             crashes: 3,
+            unhealthy: 1,
+            probe_failures: 4,
         };
         let ack = ob.ack_object(Mode::Follower, counts);
         assert_eq!((ack.mode, ack.order()), (Mode::Follower, ob.last_order()));
@@ -509,9 +518,11 @@ mod tests {
             (
                 ack.leader_start_failures,
                 ack.leader_starts,
-                ack.leader_crashes
+                ack.leader_crashes,
+                ack.leader_unhealthy,
+                ack.leader_probe_failures
             ),
-            (2, 5, 3)
+            (2, 5, 3, 1, 4)
         );
         assert!(key.verify_ack(&ack));
         ob.write_ack(&ack).unwrap();

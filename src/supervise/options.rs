@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::converge;
+use super::health::{self, HealthSpec};
 use super::mode::{self, Backoff, OnChange, OnFollower};
 use super::port_map;
 use super::settings::Settings;
@@ -156,6 +157,38 @@ pub struct SuperviseArgs {
     #[arg(long, env = "ELECTOR_SERVING_HEAD_START", value_name = "DURATION",
         default_value = "3s", value_parser = crate::config::parse_duration)]
     pub serving_head_start: Duration,
+
+    /// With --on-change=leader-instance: the leader instance's own health endpoint,
+    /// `http://IP:PORT/PATH` on loopback (where --leader-port-map moved it; Passmower's /health
+    /// on 9090, under `--leader-port-map=9090=19090`: http://127.0.0.1:19090/health). The
+    /// kubelet's probes reach only the serving instance; this is asked every
+    /// --leader-health-period, and --leader-health-failures answers in a row that are not 2xx
+    /// within --leader-health-timeout restart the leader instance like a crash: with backoff,
+    /// counted as a failed leader start unless it had answered healthy for
+    /// --restart-backoff-reset, so the elector steps down after --max-leader-failures. Unset:
+    /// the leader instance is judged by its process alone.
+    #[arg(long, env = "ELECTOR_LEADER_HEALTH_URL", value_name = "URL")]
+    pub leader_health_url: Option<String>,
+
+    /// Between two probes of --leader-health-url (and before the first after a start): 1s to 5m.
+    #[arg(long, env = "ELECTOR_LEADER_HEALTH_PERIOD", value_name = "DURATION",
+        default_value = "10s", value_parser = parse_positive_duration)]
+    pub leader_health_period: Duration,
+
+    /// The longest one probe of --leader-health-url may take, connecting included: 100ms to 5m.
+    /// Passmower's /health writes to Redis and lists from the API server.
+    #[arg(long, env = "ELECTOR_LEADER_HEALTH_TIMEOUT", value_name = "DURATION",
+        default_value = "10s", value_parser = parse_positive_duration)]
+    pub leader_health_timeout: Duration,
+
+    /// Failed probes of --leader-health-url in a row that restart the leader instance: 1 to 20.
+    #[arg(
+        long,
+        env = "ELECTOR_LEADER_HEALTH_FAILURES",
+        value_name = "N",
+        default_value = "3"
+    )]
+    pub leader_health_failures: u32,
 
     /// First delay before restarting an app that exited on its own; doubles on each exit in a row.
     /// At least 100ms.
@@ -369,6 +402,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     let leader_env = leader_instance_env(&args, addr)?;
     let converge = converge_settings(&args, &leader_env)?;
     let standby = standby_settings(&args, &leader_env)?;
+    let health = health_settings(&args)?;
     let on_follower = match args.on_change {
         // The serving instance is what runs as follower; the grant-following child (the leader
         // instance) runs only while leader.
@@ -408,6 +442,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             ),
             converge,
             standby,
+            health,
         },
         flag_file: args.flag_file,
         reread: args.reread_interval,
@@ -487,6 +522,71 @@ fn standby_settings(
     StandbySpec::new(&args.follower_env, leader_env, standby::inherited)
         .map(Some)
         .map_err(refuse)
+}
+
+/// `--leader-health-url` and its timings, within their ranges (see [`health::MIN_PERIOD`] and
+/// the rest); refused without a leader instance to probe.
+fn health_settings(args: &SuperviseArgs) -> Result<Option<HealthSpec>, ConfigError> {
+    use crate::config::human;
+    let Some(url) = &args.leader_health_url else {
+        return Ok(None);
+    };
+    if args.on_change != OnChange::LeaderInstance {
+        return Err(ConfigError::new(
+            "--leader-health-url",
+            url,
+            format!(
+                "needs --on-change=leader-instance (not {}): with one instance the kubelet's \
+                 liveness probe reaches the app itself",
+                args.on_change
+            ),
+        ));
+    }
+    let (addr, path) =
+        health::parse_url(url).map_err(|e| ConfigError::new("--leader-health-url", url, e))?;
+    let period = args.leader_health_period;
+    if !(health::MIN_PERIOD..=health::MAX_PERIOD).contains(&period) {
+        return Err(ConfigError::new(
+            "--leader-health-period",
+            human(period),
+            format!(
+                "must be from {} to {}: shorter only loads the app, longer keeps a wedged \
+                 leader on the Lease for the failure count times it",
+                human(health::MIN_PERIOD),
+                human(health::MAX_PERIOD)
+            ),
+        ));
+    }
+    let timeout = args.leader_health_timeout;
+    if !(health::MIN_TIMEOUT..=health::MAX_TIMEOUT).contains(&timeout) {
+        return Err(ConfigError::new(
+            "--leader-health-timeout",
+            human(timeout),
+            format!(
+                "must be from {} to {}",
+                human(health::MIN_TIMEOUT),
+                human(health::MAX_TIMEOUT)
+            ),
+        ));
+    }
+    let failures = args.leader_health_failures;
+    if !(1..=health::MAX_FAILURES).contains(&failures) {
+        return Err(ConfigError::new(
+            "--leader-health-failures",
+            failures.to_string(),
+            format!(
+                "must be from 1 to {}: failed probes in a row that restart the leader instance",
+                health::MAX_FAILURES
+            ),
+        ));
+    }
+    Ok(Some(HealthSpec {
+        addr,
+        path,
+        period,
+        timeout,
+        failures,
+    }))
 }
 
 /// The re-read interval and the restart backoff within their ranges (see [`MIN_REREAD`],

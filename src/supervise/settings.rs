@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::converge::Converge;
+use super::health::HealthSpec;
 use super::mode::{Backoff, OnChange, OnFollower};
 use super::standby::StandbySpec;
 
@@ -43,4 +44,6 @@ pub struct Settings {
     pub converge: Option<Converge>,
     /// `--leader-standby`: how the warm standby of the leader instance is started and told to go.
     pub standby: Option<StandbySpec>,
+    /// `--leader-health-url` and its timings: how the leader instance is probed.
+    pub health: Option<HealthSpec>,
 }

@@ -36,6 +36,13 @@ pub struct Status {
     pub leader_starts: u64,
     /// Leader runs that ended on their own, or could not start, since the supervisor started.
     pub leader_crashes: u64,
+    /// Leader instances restarted because `--leader-health-url` failed too often in a row.
+    pub leader_unhealthy: u64,
+    /// Failed probes of `--leader-health-url` since the supervisor started.
+    pub leader_probe_failures: u64,
+    /// With `--leader-health-url`: failed probes in a row of the leader instance running now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_health_failing: Option<u32>,
     /// `--on-change` as configured: `restart`, `signal:SIG` or `leader-instance`.
     pub on_change: String,
     /// With `--on-change=leader-instance`, the instance that serves whatever the grant says

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::child::{self, Exit};
 use super::converge::{self, Outcome};
 use super::follow::Observation;
+use super::health::{self, LeaderHealth, Verdict};
 use super::instance::{self, Ended, Instance};
 use super::listening;
 use super::mode::{self, OnChange, SignalDemotion, Step};
@@ -99,6 +100,10 @@ pub struct Supervisor {
     /// A leader instance started while the serving instance waits says it listens (or is gone).
     listening_tx: mpsc::UnboundedSender<()>,
     listening_rx: Option<mpsc::UnboundedReceiver<()>>,
+    /// With `--leader-health-url`: the leader instance's probes, and their answers.
+    health: Option<LeaderHealth>,
+    health_tx: mpsc::UnboundedSender<health::Answer>,
+    health_rx: Option<mpsc::UnboundedReceiver<health::Answer>>,
     status: watch::Sender<Status>,
 }
 
@@ -110,6 +115,8 @@ impl Supervisor {
             .then(|| Serving::new(settings.backoff.clone()));
         let (converged_tx, converged_rx) = mpsc::unbounded_channel();
         let (listening_tx, listening_rx) = mpsc::unbounded_channel();
+        let (health_tx, health_rx) = mpsc::unbounded_channel();
+        let health = settings.health.clone().map(LeaderHealth::new);
         let standby = settings
             .standby
             .as_ref()
@@ -122,6 +129,9 @@ impl Supervisor {
             converged_rx: Some(converged_rx),
             listening_tx,
             listening_rx: Some(listening_rx),
+            health,
+            health_tx,
+            health_rx: Some(health_rx),
             obedience: Obedience::new(&settings, trust),
             settings,
             child: Instance::idle(),
@@ -183,11 +193,16 @@ impl Supervisor {
             .listening_rx
             .take()
             .unwrap_or_else(|| mpsc::unbounded_channel().1);
+        let mut health_answers = self
+            .health_rx
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1);
         self.reconcile();
         loop {
             self.serving_follows_shutdown();
             self.serving_after_leader();
             self.tend_standby();
+            self.tend_health();
             if let Some(code) = self.finished() {
                 return code;
             }
@@ -220,6 +235,7 @@ impl Supervisor {
                 Some(push) = pushes.recv() => self.on_push(push),
                 Some(done) = converged.recv() => self.on_converged(done),
                 Some(()) = listening.recv() => self.on_leader_listening(),
+                Some(answer) = health_answers.recv() => self.on_health(answer),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(self.settings.ack_retry), if !self.obedience.ack_ready() => {
@@ -721,6 +737,62 @@ impl Supervisor {
         standby.tick(wanted, &self.settings, spec, now);
     }
 
+    /// Probes the leader instance while one runs in leader mode (and the supervisor is not
+    /// shutting down), nothing otherwise; each run is probed afresh.
+    fn tend_health(&mut self) {
+        let Some(health) = &mut self.health else {
+            return;
+        };
+        let running = self
+            .child
+            .running()
+            .filter(|r| r.mode == Mode::Leader && self.shutdown.is_none())
+            .map(|r| (r.pid, r.started));
+        health.tend(running, &self.health_tx);
+    }
+
+    /// Counts a probe's answer; once the leader instance has failed `--leader-health-failures`
+    /// probes in a row it is stopped and restarted as if it had crashed: after the backoff, and
+    /// counted as a failed leader start unless it had answered healthy for
+    /// `--restart-backoff-reset` (its stable run), so a leader that cannot stay healthy makes
+    /// the elector step down after the same budget as one that keeps exiting.
+    fn on_health(&mut self, answer: health::Answer) {
+        let Some(health) = &mut self.health else {
+            return;
+        };
+        let now = BootInstant::now();
+        let pid = answer.pid.as_raw();
+        let failures = health.spec().failures;
+        let url = format!("http://{}{}", health.spec().addr, health.spec().path);
+        match health.judge(answer, now) {
+            Verdict::Stale | Verdict::Healthy => {}
+            Verdict::Failed { in_a_row, reason } => {
+                tracing::warn!(pid, %url, %reason, in_a_row, restart_at = failures,
+                    "leader instance's health probe failed");
+            }
+            Verdict::Unhealthy {
+                in_a_row,
+                reason,
+                healthy_for,
+            } => {
+                self.leader_start_failures = mode::leader_failures_after_exit(
+                    self.leader_start_failures,
+                    healthy_for,
+                    self.settings.backoff.reset_after,
+                );
+                let delay = self.settings.backoff.on_exit(healthy_for);
+                tracing::error!(pid, %url, %reason, in_a_row,
+                    healthy_for = %crate::config::human(healthy_for),
+                    failures_in_a_row = self.leader_start_failures,
+                    restart_in = %crate::config::human(delay),
+                    "leader instance failed its health probe too often in a row; restarting it \
+                     as if it had crashed");
+                self.crash_hold = Some((Mode::Leader, now.saturating_add(delay)));
+                self.begin_stop();
+            }
+        }
+    }
+
     /// Whether a leader start may go ahead: without `--converge-oidc-clients`, or once this
     /// start's check is done (started here if it is not running yet).
     fn converge_ready(&mut self, after_crash: bool) -> bool {
@@ -878,6 +950,8 @@ impl Supervisor {
             failures_in_a_row: self.leader_start_failures,
             starts: self.leader_starts,
             crashes: self.leader_crashes,
+            unhealthy: self.health.as_ref().map_or(0, |h| h.unhealthy_restarts),
+            probe_failures: self.health.as_ref().map_or(0, |h| h.probe_failures),
         }
     }
 
@@ -907,6 +981,9 @@ impl Supervisor {
             leader_start_failures: self.leader_start_failures,
             leader_starts: self.leader_starts,
             leader_crashes: self.leader_crashes,
+            leader_unhealthy: self.health.as_ref().map_or(0, |h| h.unhealthy_restarts),
+            leader_probe_failures: self.health.as_ref().map_or(0, |h| h.probe_failures),
+            leader_health_failing: self.health.as_ref().map(LeaderHealth::failing_in_a_row),
             converge: self
                 .settings
                 .converge

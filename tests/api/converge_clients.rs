@@ -243,6 +243,11 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
     let idle = passmower_elector::inject::DEFAULT_IDLE_NAMESPACE;
     let leader_selector = format!("NAMESPACE_SELECTOR={}", ns.name);
     let follower_selector = format!("NAMESPACE_SELECTOR={idle}");
+    // As inject sets it: the leader instance's metrics server (9090, with /health) on a fixed
+    // loopback port, probed there.
+    let health_port = free_port();
+    let health_map = format!("--leader-port-map=9090={health_port}");
+    let health_url = format!("--leader-health-url=http://127.0.0.1:{health_port}/health");
     let wrapper = [
         crate::product::BIN,
         "supervise",
@@ -251,7 +256,10 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
         "--listen",
         "127.0.0.1:0",
         "--on-change=leader-instance",
+        &health_map,
         "--leader-port-map=*=0",
+        &health_url,
+        "--leader-health-period=2s",
         "--leader-env",
         &leader_selector,
         "--follower-env",
@@ -278,6 +286,16 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Real Passmower's /health (a Redis write and read-back, a list of OIDCUsers) answers 200
+    // on the moved port, and the supervisor's probes there (every 2s) never restarted it. The
+    // first ones may fail: Passmower listens only once Redis is connected, and its boot took
+    // about 2.5s here; 3 failures in a row, 6s, cover that.
+    let health = if recreated.is_some() {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        crate::product::http(health_port, "GET", "/health", b"").ok()
+    } else {
+        None
+    };
     stop_supervisor(supervised);
     let log = log_of(&b_log);
     remove_fence(&admin, &fence_name).await;
@@ -297,6 +315,15 @@ async fn a_secret_create_refused_at_a_takeover_is_reconciled_by_the_next_leader(
     assert!(
         log.contains("has no client Secret"),
         "the supervisor did not report the client:\n{log}"
+    );
+    assert_eq!(
+        health.as_ref().map(|(code, _)| *code),
+        Some(200),
+        "Passmower's /health on the leader instance's moved metrics port: {health:?}\n{log}"
+    );
+    assert!(
+        !log.contains("failed its health probe too often"),
+        "the leader instance was restarted for its /health:\n{log}"
     );
 }
 

@@ -36,14 +36,15 @@ fn passmower_gets_a_warm_standby_unless_turned_off() {
         "--on-change=leader-instance",
         "--leader-port-map=9090=19090",
         "--leader-port-map=*=0",
+        "--leader-health-url=http://127.0.0.1:19090/health",
         "--leader-standby",
     ];
     assert_eq!(supervise_flags(&[], &[]), warm);
     assert_eq!(supervise_flags(&["--on-change=leader-instance"], &[]), warm);
-    assert_eq!(supervise_flags(&["--no-leader-standby"], &[]), warm[..3]);
+    assert_eq!(supervise_flags(&["--no-leader-standby"], &[]), warm[..4]);
     assert_eq!(
         supervise_flags(&[], &[("ELECTOR_NO_LEADER_STANDBY", "true")]),
-        warm[..3]
+        warm[..4]
     );
     // Restart mode has no leader instance to keep warm.
     assert!(supervise_flags(&["--on-change=restart"], &[]).is_empty());

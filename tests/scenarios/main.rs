@@ -20,6 +20,7 @@ mod release;
 mod sidecar_image;
 mod supervise_config;
 mod supervise_files;
+mod supervise_leader_health;
 mod supervise_leader_instance;
 mod supervise_modes;
 mod supervise_safety;

@@ -332,6 +332,62 @@ fn durations_that_spin_or_storm_are_refused_with_their_range() {
             &["--serving-head-start", "10s1ms"],
             &["--serving-head-start", "from 0s to 10s"],
         ),
+        (
+            &["--leader-health-url", "http://127.0.0.1:19090/health"],
+            &["--leader-health-url", "needs --on-change=leader-instance"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url",
+                "http://10.0.0.1:19090/health",
+            ],
+            &["--leader-health-url", "not a loopback address"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url",
+                "https://127.0.0.1:19090/health",
+            ],
+            &["--leader-health-url", "http://127.0.0.1:PORT/PATH"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url=http://127.0.0.1:19090/health",
+                "--leader-health-period",
+                "999ms",
+            ],
+            &["--leader-health-period", "from 1s to 5m"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url=http://127.0.0.1:19090/health",
+                "--leader-health-timeout",
+                "5m1ms",
+            ],
+            &["--leader-health-timeout", "from 100ms to 5m"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url=http://127.0.0.1:19090/health",
+                "--leader-health-failures",
+                "0",
+            ],
+            &["--leader-health-failures", "from 1 to 20"],
+        ),
+        (
+            &[
+                "--on-change=leader-instance",
+                "--leader-health-url=http://127.0.0.1:19090/health",
+                "--leader-health-failures",
+                "21",
+            ],
+            &["--leader-health-failures", "from 1 to 20"],
+        ),
     ];
     for (extra, needles) in cases {
         let mut args = vec!["--flag-file", f.as_str(), "--listen", "127.0.0.1:0"];
@@ -608,6 +664,10 @@ fn help_explains_every_flag() {
         "--restart-backoff-max",
         "--exit-with-child",
         "--serving-head-start",
+        "--leader-health-url",
+        "--leader-health-period",
+        "--leader-health-timeout",
+        "--leader-health-failures",
         "--elector-uid",
         "ELECTOR_LEADER_ENV",
     ] {

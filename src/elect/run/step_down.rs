@@ -68,7 +68,7 @@ impl Elector {
             return;
         }
         tracing::warn!(failures, sit_out = ?self.candidate.timing().lease_duration,
-            "the app keeps exiting as leader; stepping down so another pod can try");
+            "the app keeps exiting (or failing its health probe) as leader; stepping down so another pod can try");
         self.step_down(StopReason::AppFailing { failures }, now)
             .await;
     }
@@ -99,8 +99,7 @@ impl Elector {
         let leading = self.candidate.is_leader();
         let running = leading && (state.runs_leader() || state == ConsumerState::Unchecked);
         if let Some(report) = self.outputs.consumer_report() {
-            self.metrics
-                .leader_app_totals(report.leader_starts, report.leader_crashes);
+            self.metrics.leader_app_totals(&report);
         }
         self.status.update(|s| {
             s.consumer = Some(state);

@@ -59,6 +59,7 @@ fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
         "--on-change=leader-instance",
         "--leader-port-map=9090=19090",
         "--leader-port-map=*=0",
+        "--leader-health-url=http://127.0.0.1:19090/health",
         "--leader-standby",
     ];
     let metrics_port = "--leader-app-metrics-port=19090".to_owned();
@@ -69,7 +70,7 @@ fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
         leader_standby: false,
         ..opts()
     };
-    assert_eq!(on_change(&rewritten(DEPLOYMENT, &cold).0), separate[..3]);
+    assert_eq!(on_change(&rewritten(DEPLOYMENT, &cold).0), separate[..4]);
     let restart_cold = InjectOptions {
         on_change: Some(AppOnChange::Restart),
         leader_standby: false,
@@ -95,7 +96,16 @@ fn passmower_gets_a_leader_instance_and_other_apps_restart_mode_unless_told() {
         on_change: Some(AppOnChange::LeaderInstance),
         ..web
     };
-    assert_eq!(on_change(&rewritten(&other, &web_separate).0), separate);
+    // Not Passmower: its health route is not known, so it is not probed.
+    let without_health: Vec<&str> = separate
+        .iter()
+        .copied()
+        .filter(|f| !f.starts_with("--leader-health-url"))
+        .collect();
+    assert_eq!(
+        on_change(&rewritten(&other, &web_separate).0),
+        without_health
+    );
 }
 
 #[test]
