@@ -118,6 +118,14 @@ impl LeaseApi {
         }
     }
 
+    /// The same Lease, with calls bounded by `timeout` instead.
+    pub fn with_timeout(&self, timeout: Duration) -> LeaseApi {
+        LeaseApi {
+            timeout,
+            ..self.clone()
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
