@@ -6,11 +6,16 @@
 //! server ends it after [`WATCH_TIMEOUT_SECONDS`] and sends bookmarks while it is idle, so a
 //! stream that delivers nothing at all for [`WATCH_IDLE_LIMIT`], or outlives its server-side
 //! timeout by [`WATCH_DEADLINE_SLACK`], was dropped by something in between (a middlebox that
-//! forgot the connection, a half-open TCP stream) and is replaced. The election loop does not
+//! forgot the connection, a half-open TCP stream) and is replaced. A server that has never sent
+//! a bookmark (one without a watch cache) sends nothing at all about an absent Lease, so there a
+//! quiet stream is normal: it is still replaced, but by a resync that keeps the absence's count
+//! (see [`crate::election::candidate::Source::Resync`]). The election loop does not
 //! rely on that alone: it re-reads a Lease that has been quiet for longer than its holder's
 //! renewals explain (see `elect::run`).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -95,6 +100,11 @@ pub struct LeaseApi {
     name: String,
     namespace: String,
     timeout: Duration,
+    /// Whether the server has sent a bookmark on any of our watch streams: if it has, a quiet
+    /// stream is a dead one; if it never has, quiet is all it sends about an absent Lease, and
+    /// the read that replaces such a stream is a resync (see [`WatchItem::Read`]). Shared by
+    /// every watch task of this elector, since it is the server's habit.
+    bookmarks_seen: Arc<AtomicBool>,
 }
 
 impl LeaseApi {
@@ -104,6 +114,15 @@ impl LeaseApi {
             name: name.to_owned(),
             namespace: namespace.to_owned(),
             timeout,
+            bookmarks_seen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The same Lease, with calls bounded by `timeout` instead.
+    pub fn with_timeout(&self, timeout: Duration) -> LeaseApi {
+        LeaseApi {
+            timeout,
+            ..self.clone()
         }
     }
 
@@ -160,7 +179,8 @@ impl LeaseApi {
     /// Starts the watch task. It sends each observed state of the Lease (with the full object)
     /// and keeps the watch alive: on its end it resumes from the last resourceVersion; on
     /// `410 Gone`, an error or a silent stream it re-reads once (with backoff) and watches
-    /// again. Dropping the returned handle stops the task, even one stuck on a dead connection.
+    /// again — after a silent stream on a server that has never sent a bookmark, the read is a
+    /// resync. Dropping the returned handle stops the task, even one stuck on a dead connection.
     #[must_use = "the watch stops when its handle is dropped"]
     pub fn spawn_watch(&self, retry: Duration) -> Watch {
         let (tx, rx) = mpsc::channel(16);
@@ -172,6 +192,7 @@ impl LeaseApi {
     async fn watch_loop(self, tx: mpsc::Sender<WatchItem>, retry: Duration) {
         let mut backoff = Duration::from_millis(100);
         let mut resume_from: Option<String> = None;
+        let mut resync = false;
         loop {
             let rv = match resume_from.take() {
                 Some(rv) => rv,
@@ -184,6 +205,7 @@ impl LeaseApi {
                         let read = WatchItem::Read {
                             lease: lease.map(Box::new),
                             sent_at,
+                            resync: std::mem::take(&mut resync),
                         };
                         if tx.send(read).await.is_err() {
                             return;
@@ -191,6 +213,9 @@ impl LeaseApi {
                         rv
                     }
                     Err(e) => {
+                        // No stream runs until a read succeeds: whatever happens meanwhile is
+                        // unseen, so the read that finally succeeds is no resync.
+                        resync = false;
                         if tx.send(WatchItem::Error(e)).await.is_err() {
                             return;
                         }
@@ -213,7 +238,8 @@ impl LeaseApi {
                     }
                     resume_from = Some(last);
                 }
-                WatchEnd::Relist | WatchEnd::Silent => {
+                WatchEnd::Silent => resync = !self.bookmarks_seen.load(Ordering::Relaxed),
+                WatchEnd::Relist => {
                     // A server that answers 410 at once must not get back-to-back requests.
                     if started.elapsed() < Duration::from_secs(1) {
                         tokio::time::sleep(backoff).await;
@@ -276,6 +302,7 @@ impl LeaseApi {
                     WatchItem::Observed(None)
                 }
                 Ok(WatchEvent::Bookmark(b)) => {
+                    self.bookmarks_seen.store(true, Ordering::Relaxed);
                     last = b.metadata.resource_version;
                     continue;
                 }
@@ -318,10 +345,12 @@ pub enum WatchItem {
     /// A watch event: the Lease as it is now (`None`: it was deleted).
     Observed(Option<Box<Lease>>),
     /// A fresh read (sent at `sent_at`) when the watch (re)starts: no continuity with what
-    /// came before.
+    /// came before. `resync`: it replaces a stream that was quiet on a server that never sent
+    /// a bookmark (see [`crate::election::candidate::Source::Resync`]).
     Read {
         lease: Option<Box<Lease>>,
         sent_at: BootInstant,
+        resync: bool,
     },
     /// The watch or its re-read failed; it retries by itself.
     Error(LeaseApiError),
@@ -330,7 +359,8 @@ pub enum WatchItem {
 enum WatchEnd {
     Resume(String),
     Relist,
-    /// Nothing arrived for too long: the stream is dead although it looks open.
+    /// Nothing arrived for too long: the stream is dead although it looks open (or, on a
+    /// server that sends no bookmarks, merely quiet).
     Silent,
     Failed(LeaseApiError),
     ReceiverGone,

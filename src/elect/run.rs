@@ -378,9 +378,9 @@ impl Elector {
     /// When a follower re-reads a Lease it has heard nothing of: two retry periods after the
     /// last news (a live holder renews every retry period), doubling while re-checks find
     /// nothing new, at most one lease duration. Only a Lease that exists: an absent one has no
-    /// news to miss (a watch that died meanwhile is caught by the conditional create at the end
-    /// of the wait), and re-reading it would restart its wait (see
-    /// [`Candidate::observe`](crate::election::Candidate::observe)) for ever.
+    /// holder whose renewals could be missed (a Lease created meanwhile under a dead watch makes
+    /// the conditional create at the end of the wait fail), and a fresh read of it would restart
+    /// its wait (see [`Candidate::observe`](crate::election::Candidate::observe)) for ever.
     fn recheck_at(&self) -> Option<BootInstant> {
         if !matches!(self.candidate.observed(), Some(Observed::Present(_))) {
             return None;
@@ -399,8 +399,17 @@ impl Elector {
                 self.quiet_rechecks = 0;
                 self.on_lease(now, lease.map(|l| *l), Source::Event)
             }
-            WatchItem::Read { lease, sent_at } => {
-                self.on_lease(now, lease.map(|l| *l), Source::Read { sent_at })
+            WatchItem::Read {
+                lease,
+                sent_at,
+                resync,
+            } => {
+                let source = if resync {
+                    Source::Resync { sent_at }
+                } else {
+                    Source::Read { sent_at }
+                };
+                self.on_lease(now, lease.map(|l| *l), source)
             }
             WatchItem::Error(e) => {
                 self.metrics.api_error(e.kind());

@@ -17,6 +17,10 @@
 //!   resourceVersion; only watch events are ordered (see [`Source`]). A fresh answer older than
 //!   what we saw before means the store went back in time: its record must then stay unchanged
 //!   for a lease duration even if it is released or ours.
+//! - A re-read that finds the record unchanged keeps the time we first saw it. The exception:
+//!   an absent Lease found by a fresh read counts from then, since a Lease can be created and
+//!   deleted between two looks without changing what a read sees; but a resync of a stream that
+//!   was merely quiet (see [`Source::Resync`]) keeps the count.
 
 use std::time::Duration;
 
@@ -172,6 +176,12 @@ pub enum Source {
     /// sent *before* the view arrived (the watch task's GET racing our own write) may predate
     /// it, and is dropped when its version is older.
     Read { sent_at: BootInstant },
+    /// A read with which the watch task replaces a stream that stayed quiet for its idle limit
+    /// on a server that has never sent it a bookmark. Such a server sends nothing at all about
+    /// an absent Lease, so the quiet stream is no more suspect than it was while the absence
+    /// was being counted, and this read, which finds the Lease still absent, does not restart
+    /// the count (see [`Candidate::observe`]). In every other way it is a [`Source::Read`].
+    Resync { sent_at: BootInstant },
 }
 
 /// What became of one observation.
@@ -291,7 +301,7 @@ impl Candidate {
                 }
                 false
             }
-            Source::Read { sent_at } => {
+            Source::Read { sent_at } | Source::Resync { sent_at } => {
                 let overlapped = self.seen.as_ref().is_some_and(|s| sent_at < s.received_at);
                 if older_than_view && overlapped {
                     return Observation::Stale;
@@ -329,7 +339,8 @@ impl Candidate {
         };
         // A Lease found absent by a new read may have been recreated, renewed and deleted again
         // since the last look without us seeing it (the key of an absent Lease never changes),
-        // so its absence counts from now.
+        // so its absence counts from now. Not after a resync: its stream was as quiet as every
+        // stream of that server, and the count already rested on such a stream's silence.
         if matches!(source, Source::Read { .. }) && observed == Observed::Absent {
             first_seen = now;
         }
@@ -521,6 +532,8 @@ impl Candidate {
 
 #[cfg(test)]
 mod adoption_simulation;
+#[cfg(test)]
+mod quiet_watch_simulation;
 #[cfg(test)]
 mod report_simulation;
 #[cfg(test)]

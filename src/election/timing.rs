@@ -20,6 +20,10 @@ pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
 /// apiserver needs, so the leader would lose its grant again and again for nothing.
 pub const MIN_RENEW_DEADLINE: Duration = Duration::from_secs(1);
 
+/// The shortest timeout of an API call: less than this makes a slow but healthy apiserver
+/// fail calls for nothing.
+pub const MIN_API_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The longest foreign `leaseDurationSeconds` a follower honours (when it is longer than its own
 /// lease duration). A holder may promise a longer duration than ours (a peer configured
 /// differently, client-go with a long lease), and we wait for it; but the field is written by
@@ -148,13 +152,22 @@ impl Timing {
             .clamp(self.lease_duration, cap)
     }
 
-    /// Timeout of every API call: shorter than the renew deadline so a hung call can never hold
-    /// the loop past the grant's expiry, and never below 500 ms so a slow but healthy API works.
+    /// Timeout of an API call: half the renew deadline (at least 500 ms, see
+    /// [`MIN_RENEW_DEADLINE`]). A write sent at t grants until t + R however late its answer
+    /// comes, so an apiserver slower than the retry period but within this still elects and
+    /// renews; and a hung call is given up with time to spare. A leader's renews get less as
+    /// their grant runs out (see [`Timing::renew_timeout`]).
     pub fn api_timeout(&self) -> Duration {
-        let half_deadline = self.renew_deadline / 2;
-        self.retry_period
-            .max(Duration::from_millis(500))
-            .min(half_deadline)
+        (self.renew_deadline / 2).max(MIN_API_TIMEOUT)
+    }
+
+    /// Timeout of a leader's renew sent while its grant has `remaining` to run: half of it, so
+    /// a renew that stalls for its whole timeout leaves as long again for a retry on a fresh
+    /// connection before the grant lapses, and each answer may take up to half of what is
+    /// left; at least 500 ms (near the expiry the race with the grant decides, not the
+    /// timeout), at most [`Timing::api_timeout`].
+    pub fn renew_timeout(&self, remaining: Duration) -> Duration {
+        (remaining / 2).min(self.api_timeout()).max(MIN_API_TIMEOUT)
     }
 }
 
@@ -242,6 +255,23 @@ mod tests {
         // Our own lease duration beyond the cap wins over the cap.
         let long = t(600_000, 10_000, 2_000, 3_000);
         assert_eq!(long.takeover_wait(Some(s(i32::MAX as u64))), s(600));
+    }
+
+    #[test]
+    fn a_stalled_renew_leaves_as_long_again_for_its_retry() {
+        let timing = Timing::default();
+        let s = Duration::from_secs;
+        // The renew one retry period after the last success gets 4s; stalled that long, the
+        // retry (a quarter retry period later) still gets 1.75s before the 10s grant lapses.
+        let first = timing.renew_timeout(s(8));
+        assert_eq!(first, s(4));
+        let left = s(8) - first - timing.retry_period / 4;
+        assert_eq!(timing.renew_timeout(left), Duration::from_millis(1_750));
+        // Slower than the retry period is fine while it is within half of what is left.
+        assert!(first > timing.retry_period);
+        // Never above half the deadline, never below the floor.
+        assert_eq!(timing.renew_timeout(s(60)), s(5));
+        assert_eq!(timing.renew_timeout(Duration::ZERO), MIN_API_TIMEOUT);
     }
 
     #[test]

@@ -383,7 +383,7 @@ async fn two_electors_in_one_pod_never_make_two_pods_leaders() {
 async fn an_adoption_that_loses_the_race_to_a_takeover_grants_nothing() {
     let ns = Cluster::shared().new_namespace().await;
     Cluster::shared().create_released_lease(&ns).await;
-    // An API timeout of 2s (R/2 > P), so the held write is let go before the client gives up.
+    // An API timeout of 2.5s (R/2), so the held write is let go before the client gives up.
     let timings: Vec<String> = [
         "--lease-duration",
         "8s",

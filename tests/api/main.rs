@@ -31,6 +31,7 @@ mod manifests_dry_run;
 mod native_election;
 mod pods_end_to_end;
 mod pods_standby;
+mod renew_timeouts;
 mod status;
 mod webhook;
 mod webhook_chart;

@@ -13,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 
 use super::Elector;
 use crate::clock::{self, BootInstant};
-use crate::elect::lease_api::{observe, LeaseApiError};
+use crate::elect::lease_api::{observe, LeaseApi, LeaseApiError};
 use crate::election::candidate::Source;
 use crate::election::record::{self, Observed};
 use crate::election::report::{self, TermStart};
@@ -40,6 +40,20 @@ impl Elector {
         self.report_history_breaks();
         if let Some(t) = transition {
             self.apply(t, now);
+        }
+    }
+
+    /// The Lease API for a call sent at `sent_at`: while leading, bounded by half of what is
+    /// left of the grant (see [`crate::election::Timing::renew_timeout`]), so a call that stalls
+    /// leaves as long again for the next attempt; otherwise by the API timeout.
+    fn api_for(&self, sent_at: BootInstant) -> LeaseApi {
+        match self.candidate.term() {
+            Some(term) => {
+                let remaining = term.expiry.saturating_since(sent_at);
+                let timing = self.candidate.timing();
+                self.api.with_timeout(timing.renew_timeout(remaining))
+            }
+            None => self.api.clone(),
         }
     }
 
@@ -86,7 +100,7 @@ impl Elector {
         report::annotate(&mut desired, &self.holder_report(self.term_start));
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(retry);
-        let api = self.api.clone();
+        let api = self.api_for(sent_at);
         let result = self
             .race_expiry(async move { api.replace(&desired).await })
             .await;
@@ -136,7 +150,7 @@ impl Elector {
         report::annotate(&mut desired, &self.holder_report(self.term_start));
         let sent_at = BootInstant::now();
         self.next_attempt = sent_at.saturating_add(self.candidate.timing().retry_period);
-        let api = self.api.clone();
+        let api = self.api_for(sent_at);
         let result = self
             .race_expiry(async move { api.create(&desired).await })
             .await;
@@ -219,8 +233,8 @@ impl Elector {
     /// Re-reads the Lease (after a conflict, or when we have no copy): what the API says now
     /// replaces the view. Returns whether the read succeeded.
     pub(super) async fn refresh(&mut self) -> bool {
-        let api = self.api.clone();
         let sent_at = BootInstant::now();
+        let api = self.api_for(sent_at);
         let result = self.race_expiry(async move { api.get().await }).await;
         match result {
             Ok(lease) => {

@@ -62,6 +62,15 @@ impl Store {
         }
     }
 
+    /// A store without the Lease (a fresh install): the first write creates it.
+    pub(super) fn absent() -> Store {
+        Store {
+            history: vec![(0, Observed::Absent)],
+            revision: 1,
+            writes: 0,
+        }
+    }
+
     pub(super) fn latest(&self) -> &Observed {
         &self.history.last().expect("never empty").1
     }
@@ -69,7 +78,7 @@ impl Store {
     fn record(&self) -> LeaseRecord {
         match self.latest() {
             Observed::Present(r) => r.clone(),
-            Observed::Absent => unreachable!("the simulated Lease is never deleted"),
+            Observed::Absent => unreachable!("the simulated Lease is only edited while it exists"),
         }
     }
 
@@ -129,6 +138,22 @@ impl Store {
     ) -> Option<Observed> {
         if expected != self.latest().resource_version() {
             return None;
+        }
+        if *self.latest() == Observed::Absent {
+            // A create: the Lease's first term.
+            self.writes += 1;
+            let stamp = format!("w{}", self.writes);
+            return Some(self.put(
+                ms,
+                LeaseRecord {
+                    holder: Some(holder.to_owned()),
+                    duration: Some(duration),
+                    transitions: 0,
+                    renew_time: Some(stamp.clone()),
+                    acquire_time: Some(stamp),
+                    resource_version: String::new(),
+                },
+            ));
         }
         let current = self.record();
         self.writes += 1;

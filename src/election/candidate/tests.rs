@@ -116,6 +116,45 @@ fn a_lease_found_absent_again_by_a_new_read_restarts_the_wait() {
     assert!(c.may_acquire(at(115.0)));
 }
 
+/// The read that replaces a stream on a server that sends no bookmarks (see [`Source::Resync`]).
+fn resync(c: &mut Candidate, now: BootInstant, observed: Observed) -> Option<Transition> {
+    c.observe(now, observed, Source::Resync { sent_at: now })
+        .transition()
+}
+
+#[test]
+fn a_resync_that_finds_the_lease_still_absent_keeps_counting_from_the_first_look() {
+    let d = Timing {
+        lease_duration: Duration::from_secs(120),
+        ..Timing::default()
+    };
+    let mut c = Candidate::new("me_1", d);
+    read(&mut c, at(0.0), Observed::Absent);
+    resync(&mut c, at(90.0), Observed::Absent);
+    assert!(!c.may_acquire(at(119.9)));
+    assert!(c.may_acquire(at(120.0)));
+    // A resync that finds a record, then the Lease absent again: counted from then.
+    resync(&mut c, at(180.0), held(Some("other"), 10, Some(120), 0));
+    resync(&mut c, at(270.0), Observed::Absent);
+    assert_eq!(c.free_at(), Some(at(390.0)));
+}
+
+#[test]
+fn a_reread_of_an_unchanged_held_record_keeps_its_first_look() {
+    for source in [
+        Source::Read { sent_at: at(9.0) },
+        Source::Resync { sent_at: at(9.0) },
+    ] {
+        let mut c = candidate();
+        event(&mut c, at(0.0), held(Some("other"), 10, Some(15), 1));
+        let _ = c.observe(at(10.0), held(Some("other"), 10, Some(15), 1), source);
+        assert_eq!(c.free_at(), Some(at(15.0)), "{source:?}");
+        // A changed record restarts the wait, whatever brought it.
+        let _ = c.observe(at(11.0), held(Some("other"), 11, Some(15), 1), source);
+        assert_eq!(c.free_at(), Some(at(26.0)), "{source:?}");
+    }
+}
+
 #[test]
 fn garbage_or_short_durations_never_shorten_our_wait_but_longer_ones_lengthen_it() {
     let mut c = candidate();

@@ -21,7 +21,7 @@ use super::pods;
 use super::Node;
 
 /// Election timings given to `inject`: its defaults (and the elector's), so the figures are
-/// what an install gets. Shorter ones were tried: with a 1s retry period (which is also the
+/// what an install gets. Shorter ones were tried: with a 1s retry period (then also the
 /// elector's API timeout) and a 6s renew deadline, leaders on this loaded two-core machine
 /// missed renewals ("the API did not answer within 1s") and demoted themselves, as NODE-NOTES
 /// saw with 2s; the defaults did not.
