@@ -326,8 +326,12 @@ mod tests {
             [
                 "oidcclients/status",
                 "oidcmiddlewareclients/status",
+                "oidcusereventhooks/status",
+                "scimconnections/status",
+                "oidcclients",
                 "secrets",
                 "pods",
+                "jobs",
                 "middlewares"
             ]
         );
