@@ -14,6 +14,7 @@ mod harness;
 mod inject_errors;
 mod inject_golden;
 mod inject_kustomize;
+mod inject_native_election;
 mod inject_standby;
 mod release;
 mod sidecar_image;

@@ -150,8 +150,8 @@ fn value_from_selector_is_expanded_by_the_kubelet() {
         .as_sequence()
         .unwrap()
         .clone();
-    assert_eq!(env.len(), 1);
-    assert_eq!(env[0]["name"].as_str(), Some(LEADER_SELECTOR_VAR));
+    let names: Vec<&str> = env.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["LEADER_ELECTION_ENABLED", LEADER_SELECTOR_VAR]);
 }
 
 #[test]
