@@ -138,7 +138,7 @@ metadata:
 spec:
   containers:
   - name: passmower
-    image: passmower:2.2.0
+    image: ghcr.io/passmower/passmower:2.2.0
 ";
 
     fn pod() -> Value {
@@ -189,12 +189,18 @@ spec:
             passmower_election: PassmowerElection::Ours,
             ..opts()
         };
-        for image in ["ghcr.io/passmower/passmower:2.4.0", "passmower:2.2.0"] {
-            let pod = POD.replace("passmower:2.2.0", image);
+        for image in [
+            "ghcr.io/passmower/passmower:2.4.0",
+            "ghcr.io/passmower/passmower:2.2.0",
+        ] {
+            let pod = POD.replace("ghcr.io/passmower/passmower:2.2.0", image);
             assert_eq!(injected(&pod, &opts()), (vec!["false".to_owned()], vec![]));
             assert_eq!(injected(&pod, &ours), (vec!["false".to_owned()], vec![]));
         }
-        let dev = POD.replace("passmower:2.2.0", "ghcr.io/passmower/passmower:2.0.0-dev");
+        let dev = POD.replace(
+            "ghcr.io/passmower/passmower:2.2.0",
+            "ghcr.io/passmower/passmower:2.0.0-dev",
+        );
         let (env, warnings) = injected(&dev, &opts());
         assert_eq!(env, ["false"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");

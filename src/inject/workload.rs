@@ -166,6 +166,12 @@ pub fn rewrite_pod_spec(
         explicit,
         &site.workload,
     ));
+    warnings.extend(super::identity::unknown_image_user_warning(
+        pod,
+        &opts.container,
+        explicit,
+        &site.workload,
+    ));
     let mut supervise_flags = super::identity::supervise_flags(pod, explicit, identity);
     supervise_flags.extend(on_change_flags(opts));
 

@@ -11,6 +11,7 @@ mod consumer_example;
 mod docs;
 mod golden;
 mod harness;
+mod inject_app_user;
 mod inject_errors;
 mod inject_golden;
 mod inject_kustomize;
