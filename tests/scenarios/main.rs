@@ -12,6 +12,7 @@ mod docs;
 mod golden;
 mod harness;
 mod inject_app_user;
+mod inject_budget;
 mod inject_errors;
 mod inject_golden;
 mod inject_kustomize;
