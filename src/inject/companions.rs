@@ -70,11 +70,19 @@ impl<'a> Companions<'a> {
         if fence_only {
             generated = rbac::native_lease_companions(info);
         } else if !opts.workload_only {
-            let has_own_pdb = self
-                .existing_pdbs
-                .iter()
-                .any(|(ns, sel)| *ns == info.namespace && *sel == info.selector);
+            // A pod under two budgets cannot be evicted at all (the eviction API refuses it),
+            // so node drains would hang: a budget of the stream that already selects the
+            // workload's pods is adopted, whatever its selector looks like.
+            let namespace = info.namespace.as_ref().or(opts.namespace.as_ref());
+            let has_own_pdb = self.existing_pdbs.iter().any(|(ns, sel)| {
+                ns.as_ref().or(opts.namespace.as_ref()) == namespace
+                    && (*sel == info.selector || rbac::selects(sel, &info.pod_labels))
+            });
             generated = rbac::companions(info, !has_own_pdb);
+            // Later targets of the stream see this budget as the stream's.
+            if let Some(pdb) = generated.iter().find_map(|g| rbac::pdb_selector(&g.value)) {
+                self.existing_pdbs.push(pdb);
+            }
         }
         if !opts.workload_only && opts.fence {
             if already_injected && !fence_only && !elector_knows_its_pod_uid(value) {

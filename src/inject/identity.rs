@@ -153,3 +153,66 @@ pub fn unmatched_non_root_warning(
         )
     })
 }
+
+/// Image repositories of upstream Passmower, whose image (`node:lts`, no `USER`) runs as root,
+/// matched at the end of the repository path so a mirror that keeps the path is known too.
+const ROOT_IMAGES: [&str; 2] = ["passmower/passmower", "codemowers/passmower"];
+
+/// Whether `image` is upstream Passmower's (see [`ROOT_IMAGES`]).
+fn known_root_image(image: &str) -> bool {
+    let named = image.trim().split('@').next().unwrap_or_default();
+    // A ':' after the last '/' starts the tag (one before it is a registry port).
+    let repository = match named.rsplit_once('/') {
+        Some((path, last)) => format!("{path}/{}", last.split(':').next().unwrap_or_default()),
+        None => named.split(':').next().unwrap_or_default().to_owned(),
+    };
+    ROOT_IMAGES
+        .iter()
+        .any(|r| repository == *r || repository.ends_with(&format!("/{r}")))
+}
+
+/// The warning for an app whose user nobody names: no runAsUser on the container or the pod,
+/// no `runAsNonRoot: true` (that has [`unmatched_non_root_warning`]), no UID for the elector
+/// either, and an image that is not upstream Passmower's (which runs as root). It runs as its
+/// image's `USER`, which inject cannot read; a non-root one other than the elector's UID
+/// cannot read the elector's 0600 token, so its supervisor never obeys a grant, no pod contends
+/// and the operators never run. There is no rendering that works for every image user without
+/// weakening the token (see [`app_identity`]), so the fix is named instead.
+pub fn unknown_image_user_warning(
+    pod: &Mapping,
+    container: &str,
+    explicit: Option<&SecurityContext>,
+    workload: &str,
+) -> Option<String> {
+    let field = |name: &str| app_security_field(pod, container, name);
+    if field("runAsUser").is_some()
+        || field("runAsNonRoot").and_then(Value::as_bool) == Some(true)
+        || explicit.is_some_and(|sc| sc.run_as_user.is_some())
+    {
+        return None;
+    }
+    let image = pod
+        .get("containers")
+        .and_then(Value::as_sequence)?
+        .iter()
+        .find(|c| str_at(c, &["name"]) == Some(container))
+        .and_then(|c| str_at(c, &["image"]))
+        .unwrap_or_default();
+    if known_root_image(image) {
+        return None;
+    }
+    let elector = if root_without_file_override(pod, container) {
+        0
+    } else {
+        SIDECAR_UID
+    };
+    Some(format!(
+        "{workload}: container {container:?} names no runAsUser (nor does the pod), so it runs \
+         as the user of image {image:?}, which inject cannot read (only upstream Passmower's \
+         image is known to run as root); the elector runs as UID {elector}, and if the image's \
+         user is neither root nor UID {elector} the supervisor cannot read the elector's token, \
+         no pod ever leads and the operators never run: set runAsUser on the container (or the \
+         pod) to the image's user (0 for root), or pass --sidecar-security-context with the \
+         image's UID"
+    ))
+}

@@ -26,6 +26,8 @@
 
 use serde_norway::{Mapping, Value};
 
+use super::names::DEFAULT_CONTAINER;
+
 /// Upstream's switch: anything but `false` leaves its election on.
 pub const ENABLED_VAR: &str = "LEADER_ELECTION_ENABLED";
 /// Upstream's Lease name variable.
@@ -43,8 +45,8 @@ pub const MODE_ANNOTATION: &str = "passmower-elector.io/passmower-election";
 /// Who decides which pod runs Passmower's operators (`--passmower-election`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum PassmowerElection {
-    /// `ours` when the container is recognised as a Passmower that elects itself (2.4.0 or
-    /// later by its image tag, or its env names LEADER_ELECTION_*), else the injection alone.
+    /// `ours`, with a warning when neither the env nor a plain release tag says which
+    /// Passmower runs.
     #[default]
     Auto,
     /// Only the elector elects: LEADER_ELECTION_ENABLED=false is given to every instance,
@@ -75,80 +77,63 @@ pub struct Version(pub u64, pub u64, pub u64);
 pub enum Recognition {
     /// It elects itself; why (for messages).
     ElectsItself(String),
-    /// It does not (an older release); why.
+    /// It does not (a plain release before 2.4.0); why.
     Older(String),
-    /// Cannot tell; why.
+    /// Cannot tell: the image tag is no plain release; why.
     Unknown(String),
 }
 
-/// What an image tag says, by the rule in the module doc.
+/// What an image tag says, by the rule in the module doc. Only a plain release
+/// (`MAJOR.MINOR.PATCH`, optionally with a leading `v`) names a version: a line (`2`, `2.4`)
+/// moves to another release under the same manifest, and a pre-release or custom tag
+/// (`2.0.0-dev`, which the 2.4 tree's own chart renders, `2.4.0-rc.1`) says nothing about the
+/// code it holds.
 pub fn recognise_image(image: &str) -> Recognition {
     let image = image.trim();
-    if image.contains('@') {
-        return Recognition::Unknown(format!(
-            "image {image:?} is pinned by digest, which names no version"
-        ));
-    }
+    // `name:2.4.0@sha256:…` pulls by digest and says which release that digest is.
+    let (named, digest) = match image.split_once('@') {
+        Some((named, _)) => (named, true),
+        None => (image, false),
+    };
     // The tag follows the last ':' after the last '/' (a registry port is before a '/').
-    let last = image.rsplit('/').next().unwrap_or(image);
+    let last = named.rsplit('/').next().unwrap_or(named);
     let Some((_, tag)) = last.rsplit_once(':') else {
-        return Recognition::Unknown(format!("image {image:?} has no tag (latest)"));
+        return Recognition::Unknown(if digest {
+            format!("image {image:?} is pinned by a digest alone, which names no release")
+        } else {
+            format!("image {image:?} has no tag (latest)")
+        });
     };
-    let unknown = || Recognition::Unknown(format!("image tag {tag:?} is no release version"));
-    // `v2.4.1`, `2.5.0-rc.1`, `2.4.0+build.7`: the build metadata says nothing of the release.
     let core = tag.strip_prefix('v').unwrap_or(tag);
-    let core = core.split('+').next().unwrap_or_default();
-    let (core, pre) = match core.split_once('-') {
-        Some((core, pre)) => (core, Some(pre)),
-        None => (core, None),
+    let numbers: Option<Vec<u64>> = core
+        .split('.')
+        .map(|p| {
+            (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| p.parse().ok())
+                .flatten()
+        })
+        .collect();
+    let version = match numbers.as_deref() {
+        Some(&[major, minor, patch]) => Version(major, minor, patch),
+        Some(&[_] | &[_, _]) => {
+            return Recognition::Unknown(format!(
+                "image tag {tag:?} is a version line, not a release: the image it names changes \
+                 with every release of that line"
+            ))
+        }
+        _ => {
+            return Recognition::Unknown(format!(
+                "image tag {tag:?} is no release version (a branch, a pre-release or a custom \
+                 build)"
+            ))
+        }
     };
-    let parts: Vec<&str> = core.split('.').collect();
-    if parts.is_empty()
-        || parts.len() > 3
-        || parts
-            .iter()
-            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return unknown();
-    }
-    let Ok(numbers) = parts
-        .iter()
-        .map(|p| p.parse::<u64>())
-        .collect::<Result<Vec<_>, _>>()
-    else {
-        return unknown();
-    };
-    if pre.is_some() && numbers.len() < 3 {
-        return unknown();
-    }
-    // The lowest and highest release the tag can name (a line `2.4` names 2.4.0 to 2.4.x).
-    let lowest = Version(
-        numbers[0],
-        numbers.get(1).copied().unwrap_or(0),
-        numbers.get(2).copied().unwrap_or(0),
-    );
-    let highest = Version(
-        numbers[0],
-        numbers.get(1).copied().unwrap_or(u64::MAX),
-        numbers.get(2).copied().unwrap_or(u64::MAX),
-    );
     let first = FIRST_ELECTING;
     let shown = format!("{}.{}.{}", first.0, first.1, first.2);
-    // A pre-release comes before its release: 2.5.0-rc.1 is after 2.4.0, 2.4.0-rc.1 is not
-    // known to have the election.
-    let elects = if pre.is_some() {
-        lowest > first
-    } else {
-        lowest >= first
-    };
-    if elects {
+    if version >= first {
         Recognition::ElectsItself(format!("image tag {tag:?} is Passmower {shown} or later"))
-    } else if highest < first {
-        Recognition::Older(format!("image tag {tag:?} is a Passmower before {shown}"))
     } else {
-        Recognition::Unknown(format!(
-            "image tag {tag:?} spans releases before and after {shown}"
-        ))
+        Recognition::Older(format!("image tag {tag:?} is a Passmower before {shown}"))
     }
 }
 
@@ -188,10 +173,11 @@ pub fn recognise(container: &Mapping) -> Recognition {
     }
 }
 
-/// `ours` for the target container `main` (of `workload`, at `path`): sets
-/// `LEADER_ELECTION_ENABLED=false` when the mode and the rule say so. An explicit other value
-/// (upstream's 2.4 chart renders `"true"` by default) is replaced, with a warning. `auto` sets it
-/// for a container of unknown version too: an older Passmower ignores it.
+/// `auto` and `ours` for the target container `main`: sets `LEADER_ELECTION_ENABLED=false`
+/// whatever the image says, since a Passmower before 2.4.0 ignores it and leaving it out
+/// beside one that elects itself lets a whole tenure go dark. An explicit other value
+/// (upstream's 2.4 chart renders `"true"` by default) is replaced, with a warning. `auto` also
+/// warns when neither the env nor the image tag says which Passmower runs ([`tag_warning`]).
 pub fn disable_native_election(
     main: &mut Mapping,
     mode: PassmowerElection,
@@ -200,12 +186,11 @@ pub fn disable_native_election(
     container: &str,
     warnings: &mut Vec<String>,
 ) {
-    let recognition = recognise(main);
-    match (mode, &recognition) {
-        (PassmowerElection::Ours, _)
-        | (_, Recognition::ElectsItself(_))
-        | (_, Recognition::Unknown(_)) => {}
-        (_, Recognition::Older(_)) => return,
+    if mode == PassmowerElection::FenceOnly {
+        return;
+    }
+    if mode == PassmowerElection::Auto {
+        warnings.extend(tag_warning(main, mode, workload, path, container));
     }
     let existing = env_entry(main, ENABLED_VAR).cloned();
     if let Some(entry) = &existing {
@@ -225,30 +210,50 @@ pub fn disable_native_election(
     set_env(main, ENABLED_VAR, env_value(ENABLED_VAR, "false"));
 }
 
-/// Refuses the elector's Lease `lease` when it is the Lease Passmower's own election takes and
-/// that election is still on in `main` (after [`disable_native_election`]): both elections would
-/// write one Lease, each taking the other's holder for a live leader, and whichever instance
-/// upstream's takes it with (a follower's serving one, say) would keep it.
-pub fn check_lease_clash(main: &Mapping, lease: &str, container: &str) -> Result<(), String> {
-    if matches!(recognise(main), Recognition::Older(_)) {
-        return Ok(());
+/// The warning for a container whose Passmower generation cannot be read: its env names no
+/// `LEADER_ELECTION_*` and its image tag is no plain release (`latest`, a branch, a digest
+/// alone, a version line, a pre-release, a custom build). What it says depends on the mode:
+/// under `auto` the injection is right either way and the warning asks for a readable tag;
+/// under `fence-only` an image older than 2.4.0 has no election to keep, so every replica
+/// would run the operators.
+pub fn tag_warning(
+    main: &Mapping,
+    mode: PassmowerElection,
+    workload: &str,
+    path: &str,
+    container: &str,
+) -> Option<String> {
+    let Recognition::Unknown(why) = recognise(main) else {
+        return None;
+    };
+    // Another app wrapped with `--container` gets the variable (harmless, or the switch its own
+    // election has), but no talk of Passmower generations.
+    let image = main
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let repository = image.split('@').next().unwrap_or_default();
+    let repository = repository.rsplit('/').next().unwrap_or_default();
+    if container != DEFAULT_CONTAINER && !repository.contains("passmower") {
+        return None;
     }
-    let off = env_entry(main, ENABLED_VAR)
-        .and_then(literal)
-        .is_some_and(|v| v == "false");
-    let native = env_entry(main, LEASE_VAR)
-        .and_then(literal)
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| DEFAULT_NATIVE_LEASE.to_owned());
-    if off || native != lease {
-        return Ok(());
+    let at = format!("{workload}: {path}.containers[{container}]");
+    match mode {
+        PassmowerElection::Auto => Some(format!(
+            "{at}: {why}, so inject cannot tell whether this Passmower elects a leader itself \
+             (2.4.0 and later do); {ENABLED_VAR}=false is set either way (releases before \
+             2.4.0 ignore it), so only the elector elects. Name a release tag (2.4.0, or \
+             2.4.0@sha256:... beside a digest) so the manifest says what runs, or pass \
+             --passmower-election=ours to silence this"
+        )),
+        PassmowerElection::FenceOnly => Some(format!(
+            "{at}: {why}, so inject cannot tell whether this Passmower elects a leader itself: \
+             --passmower-election=fence-only keeps Passmower's own election and adds no \
+             elector, and a Passmower before 2.4.0 has none, so every replica would run the \
+             operators. Name a release tag of 2.4.0 or later, or use --passmower-election=auto"
+        )),
+        PassmowerElection::Ours => None,
     }
-    Err(format!(
-        "the elector's Lease {lease} is the one Passmower's own election takes (container \
-         {container:?} may be a Passmower 2.4.0 or later, whose election is left on): both \
-         would write one Lease. Pass --passmower-election=ours (only the elector elects), or \
-         another --lease-name"
-    ))
 }
 
 fn env_value(name: &str, value: &str) -> Value {
@@ -387,7 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn image_tags_of_2_4_0_and_later_elect_and_older_ones_do_not() {
+    fn only_plain_releases_name_a_generation() {
         let elects = |i: &str| matches!(recognise_image(i), Recognition::ElectsItself(_));
         let older = |i: &str| matches!(recognise_image(i), Recognition::Older(_));
         for image in [
@@ -395,10 +400,7 @@ mod tests {
             "ghcr.io/passmower/passmower:v2.4.1",
             "passmower:2.10.0",
             "registry.example.com:5000/passmower:3.0.0",
-            "passmower:2.4",
-            "passmower:3",
-            "passmower:2.5.0-rc.1",
-            "passmower:2.4.0+build.7",
+            "ghcr.io/passmower/passmower:2.4.0@sha256:0123",
         ] {
             assert!(elects(image), "{image}: {:?}", recognise_image(image));
         }
@@ -406,26 +408,30 @@ mod tests {
             "docker.io/codemowers/passmower:2.2.0",
             "passmower:v2.3.9",
             "passmower:1.3.0",
-            "passmower:2.3",
-            "passmower:1",
             "registry.example.com:5000/passmower:2.2.0",
+            "passmower:2.2.0@sha256:0123",
         ] {
             assert!(older(image), "{image}: {:?}", recognise_image(image));
         }
         for image in [
             "ghcr.io/passmower/passmower@sha256:0123",
-            "ghcr.io/passmower/passmower:2.4.0@sha256:0123",
             "ghcr.io/passmower/passmower",
             "registry.example.com:5000/passmower",
             "passmower:latest",
             "passmower:develop",
             "passmower:2",
+            "passmower:2.4",
+            "passmower:2.3",
+            "passmower:2.0.0-dev",
             "passmower:2.4.0-rc.1",
+            "passmower:2.5.0-rc.1",
+            "passmower:2.4.0-custom",
+            "passmower:2.4.0+build.7",
             "passmower:2.4-rc1",
             "passmower:2.4.0.1",
             "passmower:v",
             "passmower:",
-            "passmower:99999999999999999999999",
+            "passmower:99999999999999999999999.0.0",
         ] {
             assert!(
                 matches!(recognise_image(image), Recognition::Unknown(_)),
@@ -457,41 +463,140 @@ mod tests {
             .collect()
     }
 
+    fn run(yaml: &str, mode: PassmowerElection) -> (Vec<String>, Vec<String>) {
+        let mut c = container(yaml);
+        let mut warnings = Vec::new();
+        disable_native_election(
+            &mut c,
+            mode,
+            "Deployment/pm",
+            "spec.template.spec",
+            "passmower",
+            &mut warnings,
+        );
+        (enabled(&c), warnings)
+    }
+
+    /// Every tag, readable or not, gets upstream's election turned off under `auto`: a
+    /// `2.0.0-dev` build of the 2.4 tree elects itself as surely as a `2.4.0` one. Only a
+    /// plain release is quiet; any other tag is warned about, naming the tag and the way out.
     #[test]
-    fn ours_turns_upstreams_election_off_and_auto_only_where_it_is_recognised() {
-        let run = |yaml: &str, mode| {
-            let mut c = container(yaml);
+    fn auto_turns_upstreams_election_off_for_every_tag_and_warns_where_it_cannot_read_one() {
+        use PassmowerElection::*;
+        let unreadable = [
+            ("passmower:2.0.0-dev", "\"2.0.0-dev\" is no release version"),
+            ("passmower:latest", "\"latest\" is no release version"),
+            ("passmower:develop", "\"develop\" is no release version"),
+            ("passmower:2", "\"2\" is a version line"),
+            ("passmower:2.4", "\"2.4\" is a version line"),
+            (
+                "passmower:2.4.0-rc.1",
+                "\"2.4.0-rc.1\" is no release version",
+            ),
+            ("passmower@sha256:0123", "pinned by a digest alone"),
+            ("passmower", "has no tag (latest)"),
+        ];
+        for (image, why) in unreadable {
+            let (env, warnings) = run(&format!("{{name: passmower, image: '{image}'}}"), Auto);
+            assert_eq!(env, ["false"], "{image}");
+            assert_eq!(warnings.len(), 1, "{image}: {warnings:?}");
+            let w = &warnings[0];
+            assert!(
+                w.starts_with("Deployment/pm: spec.template.spec.containers[passmower]: "),
+                "{w}"
+            );
+            assert!(w.contains(why), "{image}: {w}");
+            assert!(
+                w.contains("LEADER_ELECTION_ENABLED=false is set either way"),
+                "{w}"
+            );
+            assert!(w.contains("--passmower-election=ours"), "{w}");
+            // `ours` says the same thing to the app and nothing to the user.
+            assert_eq!(
+                run(&format!("{{name: passmower, image: '{image}'}}"), Ours),
+                (vec!["false".to_owned()], vec![]),
+                "{image}"
+            );
+        }
+        for image in ["passmower:2.2.0", "passmower:1.3.0", "passmower:2.4.0"] {
+            let yaml = format!("{{name: passmower, image: '{image}'}}");
+            assert_eq!(
+                run(&yaml, Auto),
+                (vec!["false".to_owned()], vec![]),
+                "{image}"
+            );
+            assert_eq!(
+                run(&yaml, Ours),
+                (vec!["false".to_owned()], vec![]),
+                "{image}"
+            );
+        }
+        // A 2.4-aware manifest says what the app does whatever its tag: no tag warning.
+        let aware = "{name: passmower, image: 'p:2.0.0-dev', env: [{name: LEADER_ELECTION_LEASE_NAME, value: ops}]}";
+        assert_eq!(run(aware, Auto), (vec!["false".to_owned()], vec![]));
+        // Another app (`--container app`, not a Passmower image): the variable, no talk of
+        // Passmower generations; a Passmower image under another container name is warned.
+        for (image, warned) in [
+            ("example.com/idp:latest", 0),
+            ("example.com/passmower:dev", 1),
+        ] {
+            let mut c = container(&format!("{{name: app, image: '{image}'}}"));
             let mut warnings = Vec::new();
             disable_native_election(
                 &mut c,
-                mode,
-                "Deployment/pm",
+                Auto,
+                "StatefulSet/idp",
                 "spec",
-                "passmower",
+                "app",
                 &mut warnings,
             );
-            (enabled(&c), warnings)
-        };
-        use PassmowerElection::*;
-        let new = "{name: passmower, image: 'p:2.4.0'}";
-        let old = "{name: passmower, image: 'p:2.2.0'}";
-        let digest = "{name: passmower, image: 'p@sha256:00'}";
-        assert_eq!(run(new, Auto), (vec!["false".to_owned()], vec![]));
-        assert_eq!(run(old, Auto), (vec![], vec![]));
-        // Unknown (a digest): set, since a Passmower before 2.4.0 ignores it.
-        assert_eq!(run(digest, Auto), (vec!["false".to_owned()], vec![]));
-        for image in [new, old, digest] {
-            assert_eq!(run(image, Ours), (vec!["false".to_owned()], vec![]));
+            assert_eq!(enabled(&c), ["false"], "{image}");
+            assert_eq!(warnings.len(), warned, "{image}: {warnings:?}");
         }
+        // fence-only is not this function's: it keeps upstream's election.
+        assert_eq!(
+            run("{name: passmower, image: 'p:latest'}", FenceOnly),
+            (vec![], vec![])
+        );
+    }
+
+    #[test]
+    fn fence_only_warns_that_an_unreadable_tag_may_have_no_election_to_keep() {
+        let c = container("{name: passmower, image: 'p:2.0.0-dev'}");
+        let w = tag_warning(
+            &c,
+            PassmowerElection::FenceOnly,
+            "Deployment/pm",
+            "spec",
+            "passmower",
+        )
+        .expect("a warning");
+        assert!(w.contains("every replica would run the operators"), "{w}");
+        assert!(w.contains("--passmower-election=auto"), "{w}");
+        let c = container("{name: passmower, image: 'p:2.4.0'}");
+        assert_eq!(
+            tag_warning(
+                &c,
+                PassmowerElection::FenceOnly,
+                "Deployment/pm",
+                "spec",
+                "passmower"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_value_the_chart_set_is_replaced_in_place_with_a_warning() {
         // Upstream's 2.4 chart renders "true": replaced, in place, duplicates dropped, warned.
-        let chart = "{name: passmower, image: 'p@sha256:00', env: [{name: A, value: a}, \
+        let chart = "{name: passmower, image: 'p:2.4.0', env: [{name: A, value: a}, \
                      {name: LEADER_ELECTION_ENABLED, value: 'true'}, {name: B, value: b}, \
                      {name: LEADER_ELECTION_ENABLED, value: 'true'}]}";
         let mut c = container(chart);
         let mut warnings = Vec::new();
         disable_native_election(
             &mut c,
-            Auto,
+            PassmowerElection::Auto,
             "Deployment/pm",
             "spec.template.spec",
             "passmower",
@@ -515,26 +620,10 @@ mod tests {
         assert!(warnings[0].contains("fence-only"), "{warnings:?}");
         // Already false: nothing to say.
         let off = "{name: passmower, image: 'p:2.4.0', env: [{name: LEADER_ELECTION_ENABLED, value: 'false'}]}";
-        assert_eq!(run(off, Auto), (vec!["false".to_owned()], vec![]));
-    }
-
-    #[test]
-    fn the_electors_lease_may_not_be_upstreams_while_upstreams_election_is_on() {
-        let digest = container("{name: passmower, image: 'p@sha256:00'}");
-        let err = check_lease_clash(&digest, DEFAULT_NATIVE_LEASE, "passmower").unwrap_err();
-        assert!(err.contains("--passmower-election=ours"), "{err}");
-        assert!(check_lease_clash(&digest, "passmower", "passmower").is_ok());
-        let older = container("{name: passmower, image: 'p:2.2.0'}");
-        assert!(check_lease_clash(&older, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
-        let off = container(
-            "{name: passmower, image: 'p:2.4.0', env: [{name: LEADER_ELECTION_ENABLED, value: 'false'}]}",
+        assert_eq!(
+            run(off, PassmowerElection::Auto),
+            (vec!["false".to_owned()], vec![])
         );
-        assert!(check_lease_clash(&off, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
-        let named = container(
-            "{name: passmower, image: 'p@sha256:00', env: [{name: LEADER_ELECTION_LEASE_NAME, value: ops}]}",
-        );
-        assert!(check_lease_clash(&named, DEFAULT_NATIVE_LEASE, "passmower").is_ok());
-        assert!(check_lease_clash(&named, "ops", "passmower").is_err());
     }
 
     #[test]

@@ -164,13 +164,14 @@ pub struct SidecarArgs {
     pub sidecar_security_context: Option<String>,
     /// Who elects the pod that runs Passmower's operators, for Passmower 2.4.0 and later, which
     /// elects a leader itself (Lease passmower-operators): `auto` (default) gives the target
-    /// container LEADER_ELECTION_ENABLED=false when it is recognised as electing itself (its
-    /// image tag is 2.4.0 or later, or a line of such versions like 2.4 or 3; or its env names
-    /// LEADER_ELECTION_ENABLED or LEADER_ELECTION_LEASE_NAME), so only the elector elects; a
-    /// digest or a tag such as `latest` is not recognised (a warning says so). `ours` does that
-    /// whatever the image. `fence-only` (inject only) keeps Passmower's own election and adds
-    /// no elector: the Lease RBAC it needs, POD_NAME from metadata.name, and the write fence
-    /// keyed on its Lease with the pod name as holder.
+    /// container LEADER_ELECTION_ENABLED=false whatever its image (releases before 2.4.0 ignore
+    /// it), so only the elector elects, and warns when the generation cannot be read: the env
+    /// names no LEADER_ELECTION_ENABLED or LEADER_ELECTION_LEASE_NAME and the image tag is no
+    /// plain release (latest, a branch, a digest alone, a line such as 2 or 2.4, a pre-release
+    /// such as 2.4.0-rc.1 or 2.0.0-dev, a custom tag). `ours` does the same without the warning.
+    /// `fence-only` (inject only) keeps Passmower's own election and adds no elector: the Lease
+    /// RBAC it needs, POD_NAME from metadata.name, and the write fence keyed on its Lease with
+    /// the pod name as holder.
     #[arg(
         long,
         env = "ELECTOR_PASSMOWER_ELECTION",

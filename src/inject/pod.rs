@@ -138,7 +138,7 @@ metadata:
 spec:
   containers:
   - name: passmower
-    image: passmower:2.2.0
+    image: ghcr.io/passmower/passmower:2.2.0
 ";
 
     fn pod() -> Value {
@@ -164,10 +164,11 @@ spec:
         );
     }
 
-    /// The webhook shares the pod rewrite: a Passmower 2.4 pod gets its own election turned
-    /// off, a 2.2 one nothing (unless `ours`).
+    /// The webhook shares the pod rewrite: every pod gets Passmower's own election turned off,
+    /// whatever its image, and a pod whose image tag names no release (a 2.4 build tagged
+    /// `2.0.0-dev`) a warning that says so; `ours` keeps quiet.
     #[test]
-    fn a_passmower_2_4_pod_gets_leader_election_enabled_false() {
+    fn every_passmower_pod_gets_leader_election_enabled_false() {
         let enabled = |pod: &Value| -> Vec<String> {
             pod["spec"]["containers"][0]["env"]
                 .as_sequence()
@@ -180,18 +181,35 @@ spec:
         let injected = |text: &str, opts: &InjectOptions| {
             let value = parse_stream(text).unwrap()[0].value.clone();
             match inject_pod(&value, "pm", opts).unwrap() {
-                PodOutcome::Injected { pod, .. } => pod,
+                PodOutcome::Injected { pod, warnings } => (enabled(&pod), warnings),
                 PodOutcome::Unchanged(why) => panic!("not injected: {why}"),
             }
         };
-        let new = POD.replace("passmower:2.2.0", "ghcr.io/passmower/passmower:2.4.0");
-        assert_eq!(enabled(&injected(&new, &opts())), ["false"]);
-        assert!(enabled(&injected(POD, &opts())).is_empty());
         let ours = InjectOptions {
             passmower_election: PassmowerElection::Ours,
             ..opts()
         };
-        assert_eq!(enabled(&injected(POD, &ours)), ["false"]);
+        for image in [
+            "ghcr.io/passmower/passmower:2.4.0",
+            "ghcr.io/passmower/passmower:2.2.0",
+        ] {
+            let pod = POD.replace("ghcr.io/passmower/passmower:2.2.0", image);
+            assert_eq!(injected(&pod, &opts()), (vec!["false".to_owned()], vec![]));
+            assert_eq!(injected(&pod, &ours), (vec!["false".to_owned()], vec![]));
+        }
+        let dev = POD.replace(
+            "ghcr.io/passmower/passmower:2.2.0",
+            "ghcr.io/passmower/passmower:2.0.0-dev",
+        );
+        let (env, warnings) = injected(&dev, &opts());
+        assert_eq!(env, ["false"]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("\"2.0.0-dev\" is no release version")
+                && warnings[0].contains("cannot tell whether this Passmower elects"),
+            "{warnings:?}"
+        );
+        assert_eq!(injected(&dev, &ours), (vec!["false".to_owned()], vec![]));
     }
 
     /// The webhook's pods get the sidecar image's pull secrets after their own, and the memory

@@ -12,7 +12,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_norway::Value;
+use serde_norway::{Mapping, Value};
 
 use super::names::{subdomain_name, GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
 use super::target::Target;
@@ -224,6 +224,44 @@ pub fn native_lease_companions(info: &Target) -> Vec<Generated> {
         .collect()
 }
 
+/// Whether a label selector (`matchLabels`, `matchExpressions`) selects a pod with `labels`.
+/// An empty selector selects every pod, as a policy/v1 PodDisruptionBudget's does. An operator
+/// the apiserver would not have accepted counts as selecting: a budget too many is the failure
+/// this guards against.
+pub fn selects(selector: &Value, labels: &Mapping) -> bool {
+    let label = |key: &str| labels.get(key).and_then(Value::as_str);
+    let match_labels = selector
+        .get("matchLabels")
+        .and_then(Value::as_mapping)
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| k.as_str().is_some_and(|k| label(k) == v.as_str()));
+    let match_expressions = selector
+        .get("matchExpressions")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let value = label(key);
+            match e.get("operator").and_then(Value::as_str) {
+                Some("In") => value.is_some_and(|v| values.contains(&v)),
+                Some("NotIn") => !value.is_some_and(|v| values.contains(&v)),
+                Some("Exists") => value.is_some(),
+                Some("DoesNotExist") => value.is_none(),
+                _ => true,
+            }
+        });
+    match_labels && match_expressions
+}
+
 /// The Role, RoleBinding and (when `with_pdb`) PodDisruptionBudget for one workload.
 pub fn companions(info: &Target, with_pdb: bool) -> Vec<Generated> {
     let role_name = format!("{}-elector", info.name);
@@ -381,7 +419,6 @@ pub fn deny_idle_namespace(idle: &str, namespace: Option<&str>, workload: &str) 
 mod tests {
     use super::*;
     use crate::inject::names::WorkloadKind;
-    use serde_norway::Mapping;
 
     fn info(replicas: Option<u64>) -> Target {
         Target {
@@ -468,5 +505,33 @@ mod tests {
             deny_policy_name(Some("a"), "passmower"),
             deny_policy_name(Some("b"), "passmower")
         );
+    }
+    #[test]
+    fn a_selector_selects_pods_by_labels_and_expressions() {
+        let labels: Mapping =
+            serde_norway::from_str("{app: passmower, tier: auth, release: a}").unwrap();
+        let sel = |yaml: &str| -> Value { serde_norway::from_str(yaml).unwrap() };
+        for yes in [
+            "{}",
+            "matchLabels: {app: passmower}",
+            "matchLabels: {app: passmower, tier: auth}",
+            "matchExpressions: [{key: app, operator: In, values: [passmower, x]}]",
+            "matchExpressions: [{key: tier, operator: NotIn, values: [web]}]",
+            "matchExpressions: [{key: release, operator: Exists}]",
+            "matchExpressions: [{key: canary, operator: DoesNotExist}]",
+            "{matchLabels: {app: passmower}, matchExpressions: [{key: tier, operator: Exists}]}",
+        ] {
+            assert!(selects(&sel(yes), &labels), "{yes}");
+        }
+        for no in [
+            "matchLabels: {app: other}",
+            "matchLabels: {app: passmower, component: server}",
+            "matchExpressions: [{key: app, operator: In, values: [x]}]",
+            "matchExpressions: [{key: tier, operator: NotIn, values: [auth]}]",
+            "matchExpressions: [{key: canary, operator: Exists}]",
+            "matchExpressions: [{key: app, operator: DoesNotExist}]",
+        ] {
+            assert!(!selects(&sel(no), &labels), "{no}");
+        }
     }
 }

@@ -145,7 +145,7 @@ impl Run<'_> {
                         .collect()
                 };
                 if fence_only {
-                    workload::rewrite_fence_only(&mut rewritten, &mut info, opts)?;
+                    workload::rewrite_fence_only(&mut rewritten, &mut info, opts, &mut notes)?;
                 } else {
                     workload::rewrite(&mut rewritten, &info, opts, &mut notes)?;
                 }

@@ -186,7 +186,7 @@ spec:
     spec:
       containers:
       - name: passmower
-        image: passmower:2.2.0
+        image: ghcr.io/passmower/passmower:2.2.0
 ";
 
     /// The first document of `text` and the target it is.

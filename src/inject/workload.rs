@@ -69,6 +69,7 @@ pub fn rewrite_fence_only(
     root: &mut Value,
     target: &mut Target,
     opts: &InjectOptions,
+    warnings: &mut Vec<String>,
 ) -> Result<(), InjectError> {
     let containers = child_mapping(root, &["spec", "template", "spec"])
         .ok_or_else(|| target.error("spec.template.spec is not a mapping"))?
@@ -87,6 +88,13 @@ pub fn rewrite_fence_only(
         &opts.container,
     )
     .map_err(|reason| target.error(reason))?;
+    warnings.extend(native_election::tag_warning(
+        main,
+        PassmowerElection::FenceOnly,
+        &target.describe(),
+        "spec.template.spec",
+        &opts.container,
+    ));
     let annotations = child_mapping(root, &["metadata", "annotations"])
         .ok_or_else(|| target.error("metadata.annotations is not a mapping"))?;
     annotations.insert(INJECTED_ANNOTATION.into(), VERSION.into());
@@ -95,6 +103,9 @@ pub fn rewrite_fence_only(
         native_election::MODE_ANNOTATION.into(),
         PassmowerElection::FenceOnly.as_str().into(),
     );
+    if !warnings.is_empty() {
+        annotations.insert(WARNINGS_ANNOTATION.into(), warnings.join("\n").into());
+    }
     Ok(())
 }
 
@@ -155,6 +166,12 @@ pub fn rewrite_pod_spec(
         explicit,
         &site.workload,
     ));
+    warnings.extend(super::identity::unknown_image_user_warning(
+        pod,
+        &opts.container,
+        explicit,
+        &site.workload,
+    ));
     let mut supervise_flags = super::identity::supervise_flags(pod, explicit, identity);
     supervise_flags.extend(on_change_flags(opts));
 
@@ -176,8 +193,6 @@ pub fn rewrite_pod_spec(
         &opts.container,
         warnings,
     );
-    native_election::check_lease_clash(main, lease, &opts.container)
-        .map_err(|reason| site.error(reason))?;
     wrap_main_container(main, site, opts, &supervise_flags)?;
     let drain = add_drain(main, site, opts, warnings);
     warnings.extend(super::sizing::memory_limit_warning(main, site, opts));

@@ -157,7 +157,12 @@ impl AppContainer {
 /// injection made before it recognised Passmower's own election: the same, with the chart's
 /// `LEADER_ELECTION_ENABLED` as the manifest had it (the injection passed the env through).
 fn containers(ns: &str) -> (AppContainer, AppContainer) {
-    let input = upstream_deployment(ns);
+    containers_of(&upstream_deployment(ns))
+}
+
+/// [`containers`] for the Deployment `input`.
+fn containers_of(input: &str) -> (AppContainer, AppContainer) {
+    let input = input.to_owned();
     let injected = inject(
         &input,
         &InjectOptions::new("registry.example.com/passmower-elector:test"),
@@ -569,4 +574,52 @@ async fn with_the_injected_env_every_client_is_reconciled_across_handovers() {
             .map(|t| format!("{:.1}", t.reconciled_after.unwrap_or_default()))
             .collect::<Vec<_>>()
     );
+}
+
+/// The 2.4 tree as its own chart renders it: image tag `2.0.0-dev` and no
+/// `LEADER_ELECTION_*` or `POD_NAME` in the env (that chart predates them), so neither the
+/// manifest nor the tag says this Passmower elects itself. The injected env still turns its
+/// election off: every tenure is reconciled by the elector's leader and nobody takes (or
+/// creates) `passmower-operators` — one election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2_0_0_dev_tagged_2_4_gets_its_own_election_off_and_one_election_decides() {
+    let Some(bed) = setup().await else {
+        return;
+    };
+    let _redis = start_redis(bed.redis_port);
+    let ns = &bed.ns.name;
+    let input = format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: passmower, namespace: {ns}}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: passmower}}}}
+  template:
+    metadata: {{labels: {{app: passmower}}}}
+    spec:
+      serviceAccountName: passmower
+      containers:
+      - name: passmower
+        image: ghcr.io/passmower/passmower:2.0.0-dev
+        env:
+        - {{name: DEPLOYMENT_NAME, value: passmower}}
+        - {{name: NAMESPACE_SELECTOR, value: {ns}}}
+"
+    );
+    let (injected, _) = containers_of(&input);
+    assert_eq!(
+        injected.enabled(),
+        Some("false"),
+        "inject left upstream's election on for a 2.0.0-dev tag: {injected:?}"
+    );
+    let tenures = run(&bed, &injected).await;
+    for tenure in &tenures {
+        assert!(
+            tenure.reconciled_after.is_some(),
+            "{} was not reconciled within {RECONCILE_LIMIT:?} of its creation: {tenures:?}",
+            tenure.client
+        );
+        assert_eq!(tenure.upstream_holder, None, "{tenures:?}");
+    }
 }

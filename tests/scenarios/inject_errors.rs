@@ -607,22 +607,27 @@ fn the_webhook_refuses_fence_only_and_takes_auto_and_ours() {
     assert!(out.stderr.contains("fence-only"), "{}", out.stderr);
 }
 
-/// The elector's Lease may not be the one Passmower's own election takes while that election
-/// is left on (an image of unknown version under `auto`): refused, naming the way out. With
-/// `ours` (upstream's election off) the same name is fine.
+/// The elector's Lease may be named like the one Passmower's own election takes: `auto` and
+/// `ours` turn that election off whatever the image (a digest, a plain 2.2.0), so the two never
+/// share the Lease.
 #[test]
-fn the_electors_lease_may_be_passmowers_own_name_only_with_its_election_off() {
-    // An image of unknown version (a digest) may be a Passmower that elects itself on
-    // `passmower-operators`: `auto` turns that election off, so the two never share the Lease.
-    let input = golden("passmower.in.yaml").replace(
-        "docker.io/codemowers/passmower:2.2.0",
+fn the_electors_lease_may_be_passmowers_own_name_since_its_election_is_off() {
+    for image in [
         "ghcr.io/passmower/passmower@sha256:0123",
-    );
+        "docker.io/codemowers/passmower:2.2.0",
+    ] {
+        let input =
+            golden("passmower.in.yaml").replace("docker.io/codemowers/passmower:2.2.0", image);
+        check_passmower_operators_lease(&input);
+    }
+}
+
+fn check_passmower_operators_lease(input: &str) {
     let clash = ["--namespace=auth", "--lease-name=passmower-operators"];
     for mode in [None, Some("--passmower-election=ours")] {
         let mut args = clash.to_vec();
         args.extend(mode);
-        let out = inject(&args, &input, &[]);
+        let out = inject(&args, input, &[]);
         assert_eq!(out.status, ExitStatus::Code(0), "{mode:?}: {}", out.stderr);
         assert!(
             out.stdout

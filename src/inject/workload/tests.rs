@@ -202,8 +202,8 @@ fn value_from_selector_is_expanded_by_the_kubelet() {
         .as_sequence()
         .unwrap()
         .clone();
-    assert_eq!(env.len(), 1);
-    assert_eq!(env[0]["name"].as_str(), Some(LEADER_SELECTOR_VAR));
+    let names: Vec<&str> = env.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["LEADER_ELECTION_ENABLED", LEADER_SELECTOR_VAR]);
 }
 
 #[test]
@@ -402,8 +402,8 @@ fn sidecar_users(value: &Value) -> Vec<(i64, i64)> {
 #[test]
 fn the_sidecars_run_as_the_apps_non_root_user() {
     let container = DEPLOYMENT.replace(
-        "        image: passmower:2.2.0\n",
-        "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000, runAsGroup: 3000}\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n        securityContext: {runAsUser: 1000, runAsGroup: 3000}\n",
     );
     let (value, _) = rewritten(&container, &opts());
     assert_eq!(sidecar_users(&value), [(1000, 3000), (1000, 3000)]);
@@ -417,8 +417,8 @@ fn the_sidecars_run_as_the_apps_non_root_user() {
     let (value, _) = rewritten(&pod, &opts());
     assert_eq!(sidecar_users(&value), [(2000, 2000), (2000, 2000)]);
     let both = pod.replace(
-        "        image: passmower:2.2.0\n",
-        "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1001}\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n        securityContext: {runAsUser: 1001}\n",
     );
     let (value, _) = rewritten(&both, &opts());
     assert_eq!(sidecar_users(&value), [(1001, 1001), (1001, 1001)]);
@@ -427,8 +427,8 @@ fn the_sidecars_run_as_the_apps_non_root_user() {
     for text in [
         DEPLOYMENT.to_owned(),
         DEPLOYMENT.replace(
-            "        image: passmower:2.2.0\n",
-            "        image: passmower:2.2.0\n        securityContext: {runAsUser: 0}\n",
+            "        image: ghcr.io/passmower/passmower:2.2.0\n",
+            "        image: ghcr.io/passmower/passmower:2.2.0\n        securityContext: {runAsUser: 0}\n",
         ),
     ] {
         let (value, _) = rewritten(&text, &opts());
@@ -528,8 +528,8 @@ fn supervise_args(value: &Value) -> Vec<String> {
 
 fn with_app_context(context: &str) -> String {
     DEPLOYMENT.replace(
-        "        image: passmower:2.2.0\n",
-        &format!("        image: passmower:2.2.0\n        securityContext: {context}\n"),
+        "        image: ghcr.io/passmower/passmower:2.2.0\n",
+        &format!("        image: ghcr.io/passmower/passmower:2.2.0\n        securityContext: {context}\n"),
     )
 }
 
@@ -616,8 +616,8 @@ fn a_non_root_app_without_a_uid_is_warned_about_in_the_manifest() {
 #[test]
 fn an_explicit_sidecar_user_other_than_the_apps_is_warned_about() {
     let text = DEPLOYMENT.replace(
-        "        image: passmower:2.2.0\n",
-        "        image: passmower:2.2.0\n        securityContext: {runAsUser: 1000}\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n",
+        "        image: ghcr.io/passmower/passmower:2.2.0\n        securityContext: {runAsUser: 1000}\n",
     );
     let explicit = InjectOptions {
         sidecar_security_context: Some(SecurityContext {
@@ -634,4 +634,88 @@ fn an_explicit_sidecar_user_other_than_the_apps_is_warned_about() {
     );
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("UID 1000"), "{}", warnings[0]);
+}
+
+/// An app whose user nobody names runs as its image's `USER`: beside an image that is not
+/// upstream Passmower's (root), a non-root `USER` other than the elector's would leave the
+/// supervisor unable to read the token and no pod contending, for ever. The rewrite warns,
+/// naming the image, the elector's UID and the fix; a UID named anywhere silences it.
+#[test]
+fn an_image_of_unknown_user_without_run_as_user_is_warned_about() {
+    let custom = DEPLOYMENT.replace(
+        "ghcr.io/passmower/passmower:2.2.0",
+        "registry.example.com/hardened/passmower:2.4.0",
+    );
+    let (value, warnings) = rewritten(&custom, &opts());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let w = &warnings[0];
+    for part in [
+        "Deployment/pm: container \"passmower\" names no runAsUser (nor does the pod)",
+        "\"registry.example.com/hardened/passmower:2.4.0\"",
+        "the elector runs as UID 65532",
+        "set runAsUser on the container (or the pod) to the image's user (0 for root)",
+        "--sidecar-security-context",
+    ] {
+        assert!(w.contains(part), "{part:?} not in {w}");
+    }
+    assert!(
+        value["metadata"]["annotations"]["passmower-elector.io/warnings"]
+            .as_str()
+            .is_some_and(|a| a.contains("names no runAsUser"))
+    );
+
+    // A root app without DAC_OVERRIDE gets an elector as root: the warning names UID 0.
+    let dropped = custom.replace(
+        "passmower:2.4.0\n",
+        "passmower:2.4.0\n        securityContext: {capabilities: {drop: [ALL]}}\n",
+    );
+    let (_, warnings) = rewritten(&dropped, &opts());
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("the elector runs as UID 0"),
+        "{warnings:?}"
+    );
+
+    let quiet = |text: &str, opts: &InjectOptions| {
+        let (_, warnings) = rewritten(text, opts);
+        assert!(
+            !warnings.iter().any(|w| w.contains("names no runAsUser")),
+            "{text}: {warnings:?}"
+        );
+    };
+    // Upstream's image (root), also through a mirror that keeps its path.
+    quiet(DEPLOYMENT, &opts());
+    for image in [
+        "docker.io/codemowers/passmower:2.2.0",
+        "harbor.example.com:8443/ghcr-proxy/passmower/passmower:2.4.0",
+        "ghcr.io/passmower/passmower@sha256:0123",
+    ] {
+        quiet(
+            &DEPLOYMENT.replace("ghcr.io/passmower/passmower:2.2.0", image),
+            &opts(),
+        );
+    }
+    // A UID named on the container, on the pod (0 too), or for the elector.
+    quiet(
+        &custom.replace(
+            "passmower:2.4.0\n",
+            "passmower:2.4.0\n        securityContext: {runAsUser: 1000}\n",
+        ),
+        &opts(),
+    );
+    quiet(
+        &custom.replace(
+            "      containers:",
+            "      securityContext: {runAsUser: 0}\n      containers:",
+        ),
+        &opts(),
+    );
+    quiet(&custom, &sidecar_as(Some(1000)));
+    // runAsNonRoot without a UID has its own warning, not this one too.
+    let non_root = custom.replace(
+        "passmower:2.4.0\n",
+        "passmower:2.4.0\n        securityContext: {runAsNonRoot: true}\n",
+    );
+    let (_, warnings) = rewritten(&non_root, &opts());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("runAsNonRoot without runAsUser"));
 }
