@@ -29,6 +29,8 @@ use super::target::{PodSite, Target};
 use super::value::{append, child_mapping, str_at, to_value};
 
 const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
+/// Passmower's interval of its Redis client sweep, in milliseconds; 0 turns it off.
+const SWEEP_VAR: &str = "RECONCILE_INTERVAL_MS";
 /// Kubernetes' default when a pod spec sets none.
 const DEFAULT_TERMINATION_GRACE_SECONDS: u64 = 30;
 /// Time beyond the kill grace for the elector to write the demotion and release the Lease.
@@ -359,6 +361,11 @@ fn wrap_main_container(
         "--follower-env={SELECTOR_VAR}={}",
         opts.idle_namespace
     ));
+    // The 2.2-era and 2.4 client sweep (ClientRedisReconciler) runs in every instance whatever
+    // its selector, and removes `oidc:Clients` members whose record is missing: a follower's
+    // sweep between a leader's DEL and its re-write deletes the record just written. 0 turns
+    // the sweep off (1.3.0 has none and ignores it); the leader keeps the container's value.
+    supervise.push(format!("--follower-env={SWEEP_VAR}=0"));
     supervise.extend(extra_flags.iter().cloned());
     supervise.push("--".to_owned());
     supervise.extend(program);
