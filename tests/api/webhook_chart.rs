@@ -374,7 +374,12 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
     let err = create_pod(&admin, &opted_in.name, &other)
         .await
         .expect_err("refused");
-    assert!(err.to_string().contains("may not update Lease"), "{err}");
+    // (The caller is told only that it was refused; webhook.rs checks the log has why.)
+    assert!(
+        err.to_string()
+            .contains("but was refused; the reason is in the"),
+        "{err}"
+    );
     // Both webhooks of the configuration hold this replica's CA.
     let config: Value = serde_json::to_value(
         kube::Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(admin.clone())
@@ -789,4 +794,72 @@ async fn the_webhooks_service_account_may_change_only_the_ca_bundle() {
     replace(kube::Api::all(admin.clone()), widened)
         .await
         .expect("the admin may");
+}
+
+/// The NetworkPolicy is on by default and lets only `networkPolicy.admissionFrom` send
+/// AdmissionReviews; it can be switched off. `helm template` cannot look up the API server's
+/// addresses, so there the default admits from anywhere and its annotation says so.
+#[test]
+fn the_network_policy_limits_who_may_send_reviews_and_can_be_turned_off() {
+    let policy_of = |helm: &Path, set: &[&str]| -> Option<Value> {
+        let docs = render(helm, "np", "passmower-elector-system", set)
+            .unwrap_or_else(|e| panic!("{set:?}: {e}"));
+        let policies = of_kind(&docs, "NetworkPolicy");
+        assert!(policies.len() <= 1, "{set:?}");
+        policies.first().map(|p| (*p).clone())
+    };
+    let admission_rule = |policy: &Value| -> Value {
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["ports"][0]["port"] == 8443)
+            .cloned()
+            .unwrap_or_else(|| panic!("no rule for 8443: {policy}"))
+    };
+    for helm in [pme_testkit::tools::helm3(), pme_testkit::tools::helm4()] {
+        let default = policy_of(&helm, &[]).expect("a NetworkPolicy by default");
+        assert_eq!(default["spec"]["policyTypes"], json!(["Ingress"]));
+        assert_eq!(
+            default["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+            "np"
+        );
+        assert!(
+            default["metadata"]["annotations"]["passmower-elector.io/admission-from"]
+                .as_str()
+                .is_some_and(|a| a.contains("could not be looked up")),
+            "{default}"
+        );
+
+        let peers = policy_of(
+            &helm,
+            &[
+                "networkPolicy.admissionFrom=peers",
+                "networkPolicy.admissionPeers[0].ipBlock.cidr=172.16.0.0/28",
+            ],
+        )
+        .expect("a NetworkPolicy");
+        assert_eq!(
+            admission_rule(&peers)["from"],
+            json!([{"ipBlock": {"cidr": "172.16.0.0/28"}}])
+        );
+        let anywhere = policy_of(&helm, &["networkPolicy.admissionFrom=anywhere"]).unwrap();
+        assert!(admission_rule(&anywhere).get("from").is_none());
+
+        assert_eq!(policy_of(&helm, &["networkPolicy.enabled=false"]), None);
+
+        for (set, expected) in [
+            (
+                "networkPolicy.admissionFrom=pods",
+                "networkPolicy.admissionFrom \"pods\" must be apiServer, peers or anywhere",
+            ),
+            (
+                "networkPolicy.admissionFrom=peers",
+                "networkPolicy.admissionPeers is empty",
+            ),
+        ] {
+            let err = render(&helm, "np", "passmower-elector-system", &[set]).expect_err(set);
+            assert!(err.contains(expected), "{set}: {err}");
+        }
+    }
 }
