@@ -431,6 +431,50 @@ mod tests {
         assert!(fix.starts_with("'Label its namespace"), "{fix}");
     }
 
+    /// In a namespace the webhook never injects, its opt-in label admits nothing.
+    #[test]
+    fn on_the_webhook_path_a_namespace_the_webhook_skips_admits_nothing() {
+        const EXCLUDED: &[&str] = &["auth"];
+        for (namespace, opt_in) in [
+            ("kube-system", WebhookOptIn::DEFAULT),
+            (
+                "auth",
+                WebhookOptIn {
+                    excluded_namespaces: EXCLUDED,
+                    ..WebhookOptIn::DEFAULT
+                },
+            ),
+        ] {
+            let spec = guard_policy_spec(&GuardTarget {
+                namespace,
+                ..target(Some(opt_in))
+            });
+            let variables = spec.variables.unwrap();
+            let injects = variables
+                .iter()
+                .find(|v| v.name == "webhookInjects")
+                .unwrap();
+            assert_eq!(injects.expression, "false", "{namespace}");
+            let fix = &variables
+                .iter()
+                .find(|v| v.name == "fix")
+                .unwrap()
+                .expression;
+            assert!(
+                fix.contains(&format!("never injects namespace {namespace}")),
+                "{fix}"
+            );
+        }
+        let spec = guard_policy_spec(&target(Some(WebhookOptIn::DEFAULT)));
+        let injects = spec.variables.unwrap();
+        let injects = &injects
+            .iter()
+            .find(|v| v.name == "webhookInjects")
+            .unwrap()
+            .expression;
+        assert!(injects.contains("c.name == 'passmower'"), "{injects}");
+    }
+
     #[test]
     fn left_out_with_a_warning_before_1_30_or_without_a_namespace() {
         let opts = InjectOptions::new("registry.example.com/passmower-elector:0.1.0");
