@@ -5,7 +5,11 @@
 //!
 //! The pods get the elector when the pod template has the elector container (`inject`, the
 //! post-renderer), or, where the admission webhook injects the pods instead
-//! ([`WebhookOptIn`]), when the template or its namespace opts in to the webhook. A scale to
+//! ([`WebhookOptIn`]), when the webhook would inject them: the template or its namespace opts
+//! in, and none of the webhook's reasons to skip a pod holds (an opt-out, no container to
+//! wrap, markers of an earlier injection, a namespace the webhook never injects). The webhook
+//! decides the same from the pod (src/webhook/admit.rs, `not_a_target`); a test per reason
+//! holds them together. A scale to
 //! one replica is always admitted, and so is every other workload. The policy matches the
 //! workload by kind, namespace and name, and only `CREATE` and `UPDATE` of the workload
 //! itself: the `scale` subresource (`kubectl scale`, an autoscaler) carries no pod template,
@@ -22,9 +26,13 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_norway::Value;
 
-use super::names::{subdomain_name, WorkloadKind, ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
+use super::names::{
+    subdomain_name, WorkloadKind, BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME,
+    GENERATED_FOR_ANNOTATION, INJECTED_ANNOTATION, INSTALL_CONTAINER,
+};
 use super::options::{InjectOptions, KubeVersion};
 use super::value::to_value;
+use crate::webhook::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
 
 /// What every refusal's message starts with.
 pub const GUARD_DENIAL_PREFIX: &str = "passmower-elector replica guard";
@@ -36,19 +44,26 @@ const OPT_OUT_ANNOTATION: &str = "passmower-elector.io/inject";
 /// The value of the opt-in label that opts a pod out.
 const OPT_OUT_VALUE: &str = "disabled";
 
-/// The label with which a namespace or a pod opts in to the admission webhook (its chart's
-/// `optIn.label` and `optIn.value`).
+/// What the admission webhook's chart says about which pods it injects: the label with which
+/// a namespace or a pod opts in (`optIn.label`, `optIn.value`), the container it wraps unless a
+/// pod names another (`injection.container`) and the namespaces it never injects besides the
+/// cluster's own (`excludeNamespaces`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebhookOptIn<'a> {
     pub label: &'a str,
     pub value: &'a str,
+    pub container: &'a str,
+    pub excluded_namespaces: &'a [&'a str],
 }
 
 impl WebhookOptIn<'static> {
-    /// The webhook chart's defaults: `passmower-elector.io/inject=enabled`.
+    /// The webhook chart's defaults: `passmower-elector.io/inject=enabled`, container
+    /// `passmower`, no namespace excluded but the cluster's own.
     pub const DEFAULT: WebhookOptIn<'static> = WebhookOptIn {
         label: "passmower-elector.io/inject",
         value: "enabled",
+        container: "passmower",
+        excluded_namespaces: &[],
     };
 }
 
@@ -114,38 +129,13 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
                    --post-renderer passmower-elector ...)"
         .to_owned();
     if let Some(opt_in) = target.webhook {
-        let template = "object.spec.template.metadata";
-        // The webhook's own rules: an opt-out label or annotation wins, then a pod label or
-        // the namespace's label opts in.
-        let opted_out = format!(
-            "has(object.spec.template.metadata) && (({}) || ({}))",
-            has_entry(template, "labels", opt_in.label, OPT_OUT_VALUE),
-            has_entry(template, "annotations", OPT_OUT_ANNOTATION, OPT_OUT_VALUE),
-        );
-        let pod_opts_in = format!(
-            "has(object.spec.template.metadata) && {}",
-            has_entry(template, "labels", opt_in.label, opt_in.value)
-        );
-        let namespace_opts_in = format!(
-            "namespaceObject != null && {}",
-            has_entry(
-                "namespaceObject.metadata",
-                "labels",
-                opt_in.label,
-                opt_in.value
-            )
-        );
+        let (injects, webhook_fix) = webhook_injects(target.namespace, &opt_in);
         variables.push(Variable {
             name: "webhookInjects".into(),
-            expression: format!("!({opted_out}) && (({pod_opts_in}) || ({namespace_opts_in}))"),
+            expression: injects,
         });
         admits.push_str(" || variables.webhookInjects");
-        fix = format!(
-            "label its namespace {label}={value} (the admission webhook then injects its pods; \
-             run the webhook first)",
-            label = opt_in.label,
-            value = opt_in.value
-        );
+        fix = webhook_fix;
     }
     variables.push(Variable {
         name: "fix".into(),
@@ -198,6 +188,81 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
         }]),
         ..Default::default()
     }
+}
+
+/// The webhook's decision for the pods of the template, in CEL, and what to do when it is no:
+/// the template opts in (or its namespace does) and none of the webhook's reasons to skip a pod
+/// holds. A namespace the webhook never injects is known when the guard is made.
+fn webhook_injects(namespace: &str, opt_in: &WebhookOptIn) -> (String, String) {
+    if NEVER_NAMESPACES.contains(&namespace) || opt_in.excluded_namespaces.contains(&namespace) {
+        return (
+            "false".into(),
+            format!(
+                "the admission webhook never injects namespace {namespace} (kube-system, \
+                 kube-public, kube-node-lease and the excludeNamespaces of its chart): run Passmower \
+                 in another namespace, or with the passmower-elector post-renderer"
+            ),
+        );
+    }
+    let meta = "object.spec.template.metadata";
+    let spec = "object.spec.template.spec";
+    let opted_out = format!(
+        "has({meta}) && (({}) || ({}))",
+        has_entry(meta, "labels", opt_in.label, OPT_OUT_VALUE),
+        has_entry(meta, "annotations", OPT_OUT_ANNOTATION, OPT_OUT_VALUE),
+    );
+    let pod_opts_in = format!(
+        "has({meta}) && {}",
+        has_entry(meta, "labels", opt_in.label, opt_in.value)
+    );
+    let namespace_opts_in = format!(
+        "namespaceObject != null && {}",
+        has_entry(
+            "namespaceObject.metadata",
+            "labels",
+            opt_in.label,
+            opt_in.value
+        )
+    );
+    // The container the webhook wraps: the template's annotation (an empty one names none),
+    // else the webhook's default.
+    let annotation = cel_string(CONTAINER_ANNOTATION);
+    let has_container = format!(
+        "has({meta}) && has({meta}.annotations) && {annotation} in {meta}.annotations ? \
+         {spec}.containers.exists(c, c.name == {meta}.annotations[{annotation}]) : \
+         {spec}.containers.exists(c, c.name == {})",
+        cel_string(opt_in.container)
+    );
+    // What the webhook takes for an earlier injection, and so leaves alone.
+    let ours = format!(
+        "[{}, {}]",
+        cel_string(ELECTOR_CONTAINER),
+        cel_string(INSTALL_CONTAINER)
+    );
+    let volumes = format!("[{}, {}]", cel_string(FLAG_VOLUME), cel_string(BIN_VOLUME));
+    let injected = cel_string(INJECTED_ANNOTATION);
+    let not_injected_yet = format!(
+        "!(has({meta}) && has({meta}.annotations) && {injected} in {meta}.annotations) && \
+         !{spec}.containers.exists(c, c.name in {ours}) && \
+         !(has({spec}.initContainers) && {spec}.initContainers.exists(c, c.name in {ours})) && \
+         !(has({spec}.volumes) && {spec}.volumes.exists(v, v.name in {volumes}))"
+    );
+    (
+        format!(
+            "!({opted_out}) && (({pod_opts_in}) || ({namespace_opts_in})) && ({has_container}) \
+             && ({not_injected_yet})"
+        ),
+        format!(
+            "label its namespace {label}={value} and leave its pods to the admission webhook \
+             (run the webhook first): the container named by the {CONTAINER_ANNOTATION} \
+             annotation, else {container}, and no {OPT_OUT_ANNOTATION}={OPT_OUT_VALUE}, no \
+             {INJECTED_ANNOTATION} annotation and no passmower-elector container or volume of \
+             their own",
+            label = opt_in.label,
+            value = opt_in.value,
+            container = opt_in.container,
+        ),
+    )
 }
 
 fn capitalize(s: &str) -> String {
@@ -364,6 +429,50 @@ mod tests {
             .unwrap()
             .expression;
         assert!(fix.starts_with("'Label its namespace"), "{fix}");
+    }
+
+    /// In a namespace the webhook never injects, its opt-in label admits nothing.
+    #[test]
+    fn on_the_webhook_path_a_namespace_the_webhook_skips_admits_nothing() {
+        const EXCLUDED: &[&str] = &["auth"];
+        for (namespace, opt_in) in [
+            ("kube-system", WebhookOptIn::DEFAULT),
+            (
+                "auth",
+                WebhookOptIn {
+                    excluded_namespaces: EXCLUDED,
+                    ..WebhookOptIn::DEFAULT
+                },
+            ),
+        ] {
+            let spec = guard_policy_spec(&GuardTarget {
+                namespace,
+                ..target(Some(opt_in))
+            });
+            let variables = spec.variables.unwrap();
+            let injects = variables
+                .iter()
+                .find(|v| v.name == "webhookInjects")
+                .unwrap();
+            assert_eq!(injects.expression, "false", "{namespace}");
+            let fix = &variables
+                .iter()
+                .find(|v| v.name == "fix")
+                .unwrap()
+                .expression;
+            assert!(
+                fix.contains(&format!("never injects namespace {namespace}")),
+                "{fix}"
+            );
+        }
+        let spec = guard_policy_spec(&target(Some(WebhookOptIn::DEFAULT)));
+        let injects = spec.variables.unwrap();
+        let injects = &injects
+            .iter()
+            .find(|v| v.name == "webhookInjects")
+            .unwrap()
+            .expression;
+        assert!(injects.contains("c.name == 'passmower'"), "{injects}");
     }
 
     #[test]

@@ -62,6 +62,22 @@ impl Injector {
                 response.audit_annotations.insert("skipped".into(), reason);
                 (response, Outcome::Skipped)
             }
+            Decision::Withheld { describe, detail } => {
+                // The detail answers a question about the cluster (may this ServiceAccount
+                // update that Lease?) that whoever sent the review may not be allowed to ask;
+                // it goes to the webhook's own log, the caller gets the same words whatever it
+                // was.
+                tracing::warn!(uid = %request.uid, %detail, "refused (reason withheld from the caller)");
+                (
+                    AdmissionResponse::refuse(
+                        &request.uid,
+                        403,
+                        "Forbidden",
+                        withheld_message(&describe, &request.uid),
+                    ),
+                    Outcome::Refused,
+                )
+            }
             Decision::Refuse {
                 code,
                 reason,
@@ -181,10 +197,8 @@ impl Injector {
             match access.may_update_lease(&namespace, account, &lease).await {
                 Access::Allowed => {}
                 Access::Denied(why) => {
-                    return Decision::refuse(
-                        403,
-                        "Forbidden",
-                        format!(
+                    return Decision::Withheld {
+                        detail: format!(
                             "{describe} opts in to passmower-elector, but its ServiceAccount \
                              {namespace}/{account} may not update Lease {namespace}/{lease} \
                              (coordination.k8s.io), so its elector could never lead: install the \
@@ -197,7 +211,8 @@ impl Injector {
                                 format!(" ({why})")
                             }
                         ),
-                    )
+                        describe,
+                    };
                 }
                 Access::Unknown(why) => warnings.push(format!(
                     "passmower-elector could not check that ServiceAccount {namespace}/{account} \
@@ -207,7 +222,10 @@ impl Injector {
         }
 
         let Ok(after) = serde_json::to_value(&injected) else {
-            return Decision::refuse(500, "InternalError", format!("{describe}: cannot encode"));
+            return Decision::Withheld {
+                detail: format!("{describe}: cannot encode the injected pod"),
+                describe,
+            };
         };
         Decision::Inject {
             patch: patch::diff(pod, &after),
@@ -253,6 +271,11 @@ enum Decision {
         what: String,
     },
     Skip(String),
+    /// Refused with [`withheld_message`]; `detail` only in the webhook's log.
+    Withheld {
+        describe: String,
+        detail: String,
+    },
     Refuse {
         code: u16,
         reason: &'static str,
@@ -268,6 +291,15 @@ impl Decision {
             message: message.into(),
         }
     }
+}
+
+/// What the caller is told of a refusal whose reason is withheld: the same words for every
+/// such reason, so the answer tells nothing about the Lease permission checked for it.
+pub fn withheld_message(describe: &str, uid: &str) -> String {
+    format!(
+        "{describe} opts in to passmower-elector but was refused; the reason is in the \
+         passmower-elector webhook's log (request {uid})"
+    )
 }
 
 /// The container a pod asks to be wrapped: its annotation, else `default` (the flag); `None`

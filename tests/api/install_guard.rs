@@ -170,9 +170,22 @@ fn on_the_webhook_path_the_namespace_label_admits_more_than_one_replica() {
 fn the_charts_guard_is_the_library_guard() {
     let dir = tempfile::tempdir().expect("tmp");
     let sandbox = Sandbox::new(Helm::V3, &dir.path().join("no-cluster"));
+    let app = WebhookOptIn {
+        container: "app",
+        ..WebhookOptIn::DEFAULT
+    };
+    let excluded = WebhookOptIn {
+        excluded_namespaces: &["other", "auth"],
+        ..WebhookOptIn::DEFAULT
+    };
     for (injected_by, webhook) in [
         ("postRenderer", None),
         ("webhook", Some(WebhookOptIn::DEFAULT)),
+        ("webhook --set webhookOptIn.container=app", Some(app)),
+        (
+            "webhook --set 'webhookOptIn.excludeNamespaces={other,auth}'",
+            Some(excluded),
+        ),
     ] {
         let rendered = sandbox.ok(&format!(
             "helm template passmower-elector charts/passmower-elector -n auth \

@@ -16,6 +16,7 @@ mod elector_api_requests;
 mod elector_probes;
 mod fence;
 mod follower_sweep;
+mod guard_skip_rules;
 mod idle_namespace;
 mod inject_chart;
 mod inject_readme;

@@ -374,7 +374,12 @@ async fn the_charts_rbac_and_selectors_are_all_the_webhook_needs() {
     let err = create_pod(&admin, &opted_in.name, &other)
         .await
         .expect_err("refused");
-    assert!(err.to_string().contains("may not update Lease"), "{err}");
+    // (The caller is told only that it was refused; webhook.rs checks the log has why.)
+    assert!(
+        err.to_string()
+            .contains("but was refused; the reason is in the"),
+        "{err}"
+    );
     // Both webhooks of the configuration hold this replica's CA.
     let config: Value = serde_json::to_value(
         kube::Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(admin.clone())
@@ -789,4 +794,161 @@ async fn the_webhooks_service_account_may_change_only_the_ca_bundle() {
     replace(kube::Api::all(admin.clone()), widened)
         .await
         .expect("the admin may");
+}
+
+/// The NetworkPolicy is on by default and lets only `networkPolicy.admissionFrom` send
+/// AdmissionReviews; it can be switched off. `helm template` cannot look up the API server's
+/// addresses, so there the default admits from anywhere and its annotation says so.
+#[test]
+fn the_network_policy_limits_who_may_send_reviews_and_can_be_turned_off() {
+    let policy_of = |helm: &Path, set: &[&str]| -> Option<Value> {
+        let docs = render(helm, "np", "passmower-elector-system", set)
+            .unwrap_or_else(|e| panic!("{set:?}: {e}"));
+        let policies = of_kind(&docs, "NetworkPolicy");
+        assert!(policies.len() <= 1, "{set:?}");
+        policies.first().map(|p| (*p).clone())
+    };
+    let admission_rule = |policy: &Value| -> Value {
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["ports"][0]["port"] == 8443)
+            .cloned()
+            .unwrap_or_else(|| panic!("no rule for 8443: {policy}"))
+    };
+    for helm in [pme_testkit::tools::helm3(), pme_testkit::tools::helm4()] {
+        let default = policy_of(&helm, &[]).expect("a NetworkPolicy by default");
+        assert_eq!(default["spec"]["policyTypes"], json!(["Ingress"]));
+        assert_eq!(
+            default["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+            "np"
+        );
+        assert!(
+            default["metadata"]["annotations"]["passmower-elector.io/admission-from"]
+                .as_str()
+                .is_some_and(|a| a.contains("could not be looked up")),
+            "{default}"
+        );
+
+        let peers = policy_of(
+            &helm,
+            &[
+                "networkPolicy.admissionFrom=peers",
+                "networkPolicy.admissionPeers[0].ipBlock.cidr=172.16.0.0/28",
+            ],
+        )
+        .expect("a NetworkPolicy");
+        assert_eq!(
+            admission_rule(&peers)["from"],
+            json!([{"ipBlock": {"cidr": "172.16.0.0/28"}}])
+        );
+        let anywhere = policy_of(&helm, &["networkPolicy.admissionFrom=anywhere"]).unwrap();
+        assert!(admission_rule(&anywhere).get("from").is_none());
+
+        assert_eq!(policy_of(&helm, &["networkPolicy.enabled=false"]), None);
+
+        for (set, expected) in [
+            (
+                "networkPolicy.admissionFrom=pods",
+                "networkPolicy.admissionFrom \"pods\" must be apiServer, peers or anywhere",
+            ),
+            (
+                "networkPolicy.admissionFrom=peers",
+                "networkPolicy.admissionPeers is empty",
+            ),
+        ] {
+            let err = render(&helm, "np", "passmower-elector-system", &[set]).expect_err(set);
+            assert!(err.contains(expected), "{set}: {err}");
+        }
+    }
+}
+
+/// Installed against a cluster (`helm install --dry-run=server` runs the chart's lookups), the
+/// default NetworkPolicy lets only the API server's own addresses send reviews. This control
+/// plane runs no endpoint reconciler, so the test publishes them as a cluster's would: an
+/// EndpointSlice of the `kubernetes` Service (documentation addresses, which the API refuses
+/// nothing of and nothing connects to: loopback ones are refused in an EndpointSlice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_the_network_policy_admits_reviews_only_from_the_api_servers_addresses() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let slices = kube::Api::<EndpointSlice>::namespaced(admin.clone(), "default");
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes-pme-network-policy",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.10"]}, {"addresses": ["192.0.2.11"]}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]
+    }))
+    .unwrap();
+    slices
+        .create(&kube::api::PostParams::default(), &slice)
+        .await
+        .expect("publish the API server's addresses");
+    let listed: Value = serde_json::to_value(
+        slices
+            .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+            .expect("list the kubernetes Service's EndpointSlices"),
+    )
+    .unwrap();
+    let addresses: Vec<String> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let mut expected: Vec<Value> = addresses
+        .into_iter()
+        .map(|a| {
+            let bits = if a.contains(':') { 128 } else { 32 };
+            json!({"ipBlock": {"cidr": format!("{a}/{bits}")}})
+        })
+        .collect();
+    assert!(!expected.is_empty(), "no address listed: {listed}");
+    expected.sort_by_key(|v| v.to_string());
+    let out = Command::new(pme_testkit::tools::helm3())
+        .args(["install", "npl"])
+        .arg(chart())
+        .args(["-n", "default", "--dry-run=server", "--kubeconfig"])
+        .arg(cluster.admin_kubeconfig())
+        .args([
+            "--set",
+            "image.repository=registry.example.com/passmower-elector",
+        ])
+        .output()
+        .expect("run helm");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = stdout
+        .split_once("MANIFEST:")
+        .map(|(_, m)| m.split("NOTES:").next().unwrap_or(m))
+        .unwrap_or_else(|| panic!("no MANIFEST in: {stdout}"));
+    let docs = parse_stream(manifest);
+    let policy = of_kind(&docs, "NetworkPolicy");
+    assert_eq!(policy.len(), 1, "{manifest}");
+    assert_eq!(
+        policy[0]["metadata"]["annotations"]["passmower-elector.io/admission-from"],
+        "apiServer"
+    );
+    let rule = &policy[0]["spec"]["ingress"][0];
+    assert_eq!(rule["ports"][0]["port"], 8443);
+    let mut from: Vec<Value> = rule["from"].as_array().cloned().unwrap_or_default();
+    from.sort_by_key(|v| v.to_string());
+    let _ = slices
+        .delete(
+            "kubernetes-pme-network-policy",
+            &kube::api::DeleteParams::default(),
+        )
+        .await;
+    assert_eq!(from, expected);
 }

@@ -1,0 +1,235 @@
+//! The replica guard on the webhook path decides from the webhook's own rule: on a real
+//! kube-apiserver, which evaluates the policy, a Deployment of two replicas is admitted only
+//! when the webhook would inject its pods, and refused for every reason the webhook skips a
+//! pod (an opt-out, no container to wrap, the markers of an earlier injection, a namespace it
+//! never injects). Each case is checked against the webhook's decision for the same pod
+//! (`acts_on`), so the two cannot drift apart unnoticed.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use passmower_elector::inject::guard::{
+    guard_binding_spec, guard_policy_name, guard_policy_spec, GuardTarget, WebhookOptIn,
+    GUARD_DENIAL_PREFIX,
+};
+use passmower_elector::inject::WorkloadKind;
+use passmower_elector::webhook::acts_on;
+use pme_testkit::Cluster;
+use serde_json::{json, Value};
+
+use crate::webhook_harness::opt_in;
+
+const NAME: &str = "passmower";
+
+/// A Deployment `passmower` of two replicas whose pod template is `template` merged over a
+/// plain Passmower template (container `passmower`).
+fn deployment(template: &Value) -> Value {
+    let mut pod = json!({
+        "metadata": {"labels": {"app": NAME}},
+        "spec": {"containers": [{"name": "passmower", "image": "ghcr.io/passmower/passmower:1.3.0"}]}
+    });
+    for part in ["metadata", "spec"] {
+        if let Some(extra) = template[part].as_object() {
+            for (k, v) in extra {
+                pod[part][k] = v.clone();
+            }
+        }
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": NAME},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": NAME}}, "template": pod}
+    })
+}
+
+/// Server-side dry run of creating `deployment`: `Ok` or the refusal's message.
+async fn dry_create(client: &kube::Client, ns: &str, deployment: &Value) -> Result<(), String> {
+    let typed: Deployment = serde_json::from_value(deployment.clone()).expect("a Deployment");
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&params, &typed)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Installs the guard for `passmower` in `ns` and waits (bounded) until the apiserver applies
+/// it; returns its name.
+async fn install_guard(client: &kube::Client, ns: &str, opt_in: WebhookOptIn<'_>) -> String {
+    let target = GuardTarget {
+        namespace: ns,
+        kind: WorkloadKind::Deployment,
+        name: NAME,
+        webhook: Some(opt_in),
+    };
+    let name = guard_policy_name(ns, NAME);
+    let meta = ObjectMeta {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &ValidatingAdmissionPolicy {
+                metadata: meta.clone(),
+                spec: Some(guard_policy_spec(&target)),
+                status: None,
+            },
+        )
+        .await
+        .expect("create the guard policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &ValidatingAdmissionPolicyBinding {
+                metadata: meta,
+                spec: Some(guard_binding_spec(&name)),
+            },
+        )
+        .await
+        .expect("create the guard binding");
+    // A template that opts out is refused by every guard on the webhook path, once it is in
+    // effect.
+    let opted_out = deployment(
+        &json!({"metadata": {"annotations": {"passmower-elector.io/inject": "disabled"}}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dry_create(client, ns, &opted_out).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the guard {name} not in effect after 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    name
+}
+
+async fn remove_guard(client: &kube::Client, name: &str) {
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+/// The template as the pod the webhook would be asked about.
+fn pod_of(deployment: &Value) -> Value {
+    let template = &deployment["spec"]["template"];
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": template["metadata"], "spec": template["spec"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_refuses_two_replicas_for_every_reason_the_webhook_skips_their_pods() {
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_bare_namespace(NAME).await;
+    opt_in(&admin, &ns.name).await;
+    let guard = install_guard(&admin, &ns.name, WebhookOptIn::DEFAULT).await;
+
+    let cases: [(&str, Value); 8] = [
+        ("the webhook injects it", json!({})),
+        (
+            "opts out by label",
+            json!({"metadata": {"labels": {"app": NAME, "passmower-elector.io/inject": "disabled"}}}),
+        ),
+        (
+            "no container named passmower",
+            json!({"spec": {"containers": [{"name": "app", "image": "passmower:1.3.0"}]}}),
+        ),
+        (
+            "the container annotation names a container it lacks",
+            json!({"metadata": {"annotations": {"passmower-elector.io/container": "app"}}}),
+        ),
+        (
+            "the injected annotation",
+            json!({"metadata": {"annotations": {"passmower-elector.io/injected": "0.1.0"}}}),
+        ),
+        (
+            "the install container",
+            json!({"spec": {
+                "initContainers": [{"name": "passmower-elector-install", "image": "x"}],
+                "containers": [{"name": "passmower", "image": "passmower:1.3.0"}]}}),
+        ),
+        (
+            "a passmower-elector volume",
+            json!({"spec": {
+                "volumes": [{"name": "passmower-elector-grant", "emptyDir": {}}],
+                "containers": [{"name": "passmower", "image": "passmower:1.3.0"}]}}),
+        ),
+        (
+            "the container annotation names the container it has",
+            json!({"metadata": {"annotations": {"passmower-elector.io/container": "app"}},
+                   "spec": {"containers": [{"name": "app", "image": "passmower:1.3.0"}]}}),
+        ),
+    ];
+    for (case, template) in cases {
+        let deployment = deployment(&template);
+        let webhook_injects = acts_on(&pod_of(&deployment), "passmower");
+        let answer = dry_create(&admin, &ns.name, &deployment).await;
+        match &answer {
+            Ok(()) => {}
+            Err(message) => assert!(
+                message.contains(GUARD_DENIAL_PREFIX) && message.contains("asks for 2 replicas"),
+                "{case}: refused by something else than the guard: {message}"
+            ),
+        }
+        assert_eq!(
+            answer.is_ok(),
+            webhook_injects,
+            "{case}: the guard {} two replicas whose pods the webhook {}: {answer:?}",
+            if answer.is_ok() { "admits" } else { "refuses" },
+            if webhook_injects { "injects" } else { "skips" },
+        );
+    }
+    let refused = dry_create(
+        &admin,
+        &ns.name,
+        &deployment(&json!({"spec": {"containers": [{"name": "app", "image": "x"}]}})),
+    )
+    .await
+    .expect_err("refused");
+    assert!(
+        refused.contains("else passmower, and no passmower-elector.io/inject=disabled"),
+        "{refused}"
+    );
+    remove_guard(&admin, &guard).await;
+
+    // A namespace the webhook's chart excludes: nothing there is injected, whatever its labels.
+    let excluded = [ns.name.as_str()];
+    let guard = install_guard(
+        &admin,
+        &ns.name,
+        WebhookOptIn {
+            excluded_namespaces: &excluded,
+            ..WebhookOptIn::DEFAULT
+        },
+    )
+    .await;
+    // The apiserver may still apply the guard just replaced for a moment: retry (bounded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match dry_create(&admin, &ns.name, &deployment(&json!({}))).await {
+            Err(message) => break message,
+            Ok(()) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Ok(()) => panic!("two replicas in an excluded namespace admitted after 30s"),
+        }
+    };
+    assert!(
+        refused.contains(&format!(
+            "The admission webhook never injects namespace {}",
+            ns.name
+        )),
+        "{refused}"
+    );
+    remove_guard(&admin, &guard).await;
+}
