@@ -110,17 +110,22 @@ async fn a_follower_sweeps_redis_unless_its_environment_turns_the_sweep_off() {
         ("NAMESPACE_SELECTOR", DEFAULT_IDLE_NAMESPACE),
         ("LEADER_ELECTION_ENABLED", "false"),
     ];
-    redis(redis_port, &["SADD", "oidc:Clients:1", GHOST]);
-    let started = Instant::now();
-    let follower = start_passmower_as(
-        &app,
-        &kubeconfig,
-        cluster.api_addr(),
-        redis_port,
-        &idle,
-        &[],
-        &dir.path().join("follower.log"),
-    );
+    // Seeds the stale member, then starts a follower with `env`; the follower and its start.
+    let seed_and_start = |env: &[(&str, &str)], log: &str| {
+        redis(redis_port, &["SADD", "oidc:Clients:1", GHOST]);
+        let started = Instant::now();
+        let follower = start_passmower_as(
+            &app,
+            &kubeconfig,
+            cluster.api_addr(),
+            redis_port,
+            env,
+            &[],
+            &dir.path().join(log),
+        );
+        (follower, started)
+    };
+    let (follower, started) = seed_and_start(&idle, "follower.log");
     let swept =
         pme_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
             !ghost_is_member(redis_port)
@@ -143,17 +148,7 @@ async fn a_follower_sweeps_redis_unless_its_environment_turns_the_sweep_off() {
     );
     let mut env: Vec<(&str, &str)> = idle.to_vec();
     env.extend(rendered.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    redis(redis_port, &["SADD", "oidc:Clients:1", GHOST]);
-    let started = Instant::now();
-    let follower = start_passmower_as(
-        &app,
-        &kubeconfig,
-        cluster.api_addr(),
-        redis_port,
-        &env,
-        &[],
-        &dir.path().join("follower-off.log"),
-    );
+    let (follower, started) = seed_and_start(&env, "follower-off.log");
     // Three times as long as the sweeping follower took from its start, and at least 10 s.
     let watch = (swept_after * 3).max(Duration::from_secs(10));
     while started.elapsed() < watch {
