@@ -66,6 +66,9 @@ impl<'a> Companions<'a> {
         let document = info.document;
         let workload = info.describe();
         let fence_only = opts.passmower_election == PassmowerElection::FenceOnly;
+        if !opts.workload_only && info.service_account == "default" {
+            return Err(shared_default_account(info));
+        }
         let mut generated = Vec::new();
         if fence_only {
             generated = rbac::native_lease_companions(info);
@@ -209,6 +212,22 @@ impl<'a> Companions<'a> {
         }
         Ok(new)
     }
+}
+
+/// The refusal of a target that runs as its namespace's `default` ServiceAccount. The Lease
+/// grant and the write fence are keyed on the ServiceAccount, and `default` is every pod's that
+/// names none: any of them could stall the election, and the fence would refuse their Secret
+/// writes and Pod creates. Switching the workload to an account of our own instead would strip
+/// Passmower's own RBAC (bound to `default` there), so the user picks the account.
+fn shared_default_account(info: &Target) -> InjectError {
+    info.error(
+        "runs as the namespace's default ServiceAccount (spec.template.spec.serviceAccountName \
+         is unset or \"default\"), which every pod that names none shares: the Lease grant and \
+         the write fence are keyed on the ServiceAccount, so any such pod could stall the \
+         election and the fence would refuse their Secret writes and Pod creates. Set \
+         spec.template.spec.serviceAccountName to a ServiceAccount of Passmower's own (and bind \
+         Passmower's RBAC to it), or pass --workload-only and let the chart own the RBAC",
+    )
 }
 
 /// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it
