@@ -15,6 +15,7 @@ use super::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
 use super::native_election::PassmowerElection;
 use super::options::InjectOptions;
 use super::rbac::{self, Generated, ObjectKey};
+use super::release_namespace::BoundAccounts;
 use super::target::Target;
 
 /// What the stream holds that companions must agree with, and what was emitted so far.
@@ -28,6 +29,8 @@ pub(super) struct Companions<'a> {
     /// Each write fence in the stream or emitted so far, by name: the Lease it binds and whom
     /// it was made for. One ServiceAccount has one fence.
     fences: HashMap<String, FenceClaim>,
+    /// Where the stream's bindings bind each ServiceAccount (the release namespace of a chart).
+    bound_accounts: BoundAccounts,
 }
 
 impl<'a> Companions<'a> {
@@ -38,6 +41,7 @@ impl<'a> Companions<'a> {
             existing_pdbs: Vec::new(),
             emitted: HashSet::new(),
             fences: HashMap::new(),
+            bound_accounts: BoundAccounts::default(),
         }
     }
 
@@ -52,6 +56,14 @@ impl<'a> Companions<'a> {
         if let Some(pdb) = rbac::pdb_selector(object) {
             self.existing_pdbs.push(pdb);
         }
+        self.bound_accounts.note(object);
+    }
+
+    /// The namespace of `info`'s pods as far as the stream and the options tell (its own, else
+    /// `--namespace`, else where the stream binds its ServiceAccount); a `--namespace` the
+    /// stream contradicts is an error.
+    pub(super) fn namespace_of(&self, info: &Target) -> Result<Option<String>, InjectError> {
+        self.bound_accounts.namespace_of(info, self.opts)
     }
 
     /// The companions of `info` (found in `value`, which `already_injected` says an earlier
@@ -69,6 +81,11 @@ impl<'a> Companions<'a> {
         if !opts.workload_only && info.service_account == "default" {
             return Err(shared_default_account(info));
         }
+        let resolved = if opts.workload_only {
+            None
+        } else {
+            self.namespace_of(info)?
+        };
         let mut generated = Vec::new();
         if fence_only {
             generated = rbac::native_lease_companions(info);
@@ -93,7 +110,7 @@ impl<'a> Companions<'a> {
                     ),
                 });
             }
-            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
+            let Some(namespace) = resolved.as_deref() else {
                 return Err(InjectError::Manifest {
                     document,
                     workload,
@@ -156,7 +173,7 @@ impl<'a> Companions<'a> {
         // The replica guard, where it is served and its namespace known (else the rewrite
         // carries a warning, `guard::left_out`); the chart's with --workload-only. Not for
         // fence-only: Passmower's own election keeps its replicas to one writer there.
-        let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+        let namespace = resolved.as_deref();
         let guarded = opts.guard && !opts.workload_only && !fence_only;
         if let Some(namespace) = namespace.filter(|_| guarded) {
             if guard::left_out(opts, &workload, Some(namespace)).is_none() {
@@ -176,7 +193,7 @@ impl<'a> Companions<'a> {
         }
         // With --workload-only the chart installs the idle-namespace guard (its denyIdleNamespace).
         if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
-            let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+            let namespace = resolved.as_deref();
             for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
                 generated.push(rbac::Generated {
                     value: policy,

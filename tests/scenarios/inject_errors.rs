@@ -721,3 +721,41 @@ fn a_workload_on_the_default_service_account_is_refused() {
     );
     assert!(stderr.contains("default ServiceAccount"), "{stderr}");
 }
+
+/// Helm gives a post-renderer neither the release namespace nor a `metadata.namespace` on the
+/// objects, but a chart writes it into its bindings' ServiceAccount subjects (upstream's
+/// ClusterRoleBinding does): a `--namespace` that contradicts them would put the fence and the
+/// guard on another namespace than the one Helm installs into, so inject refuses it, and
+/// without `--namespace` it takes the namespace from there.
+#[test]
+fn a_namespace_the_rendered_bindings_contradict_is_refused() {
+    let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+                   metadata:\n  name: passmower\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+                   kind: ClusterRole\n  name: passmower\nsubjects:\n  - kind: ServiceAccount\n    \
+                   name: passmower\n    namespace: auth\n";
+    let input = format!("{}{binding}", golden("passmower.in.yaml"));
+    let stderr = refused(&["inject", "--namespace", "passmower"], &input, &[]);
+    for needle in [
+        "Deployment/passmower",
+        "ServiceAccount passmower in namespace auth",
+        "--namespace is \"passmower\"",
+        "--namespace=auth",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The namespace Helm installs into, or none: the fence and the guard protect `auth`.
+    for args in [vec!["--namespace", "auth"], vec![]] {
+        let out = inject(&args, &input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{args:?}: {}", out.stderr);
+        for name in [
+            "name: passmower-elector-fence.auth.passmower",
+            "name: passmower-elector-guard.auth.passmower",
+        ] {
+            assert!(
+                out.stdout.contains(name),
+                "{args:?} {name}:\n{}",
+                out.stdout
+            );
+        }
+    }
+}
