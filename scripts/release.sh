@@ -147,7 +147,7 @@ check_default() {
   out="$("$bin" --version)"
   [[ "$out" == *"sidecar image: $want ("* ]] || die "$bin --version does not name $want: $out"
   out="$(printf '%s\n' 'apiVersion: apps/v1' 'kind: Deployment' 'metadata: {name: passmower, namespace: auth}' \
-    'spec: {selector: {matchLabels: {app: p}}, template: {metadata: {labels: {app: p}}, spec: {containers: [{name: passmower, image: "passmower:1"}]}}}' \
+    'spec: {selector: {matchLabels: {app: p}}, template: {metadata: {labels: {app: p}}, spec: {serviceAccountName: passmower, containers: [{name: passmower, image: "passmower:1"}]}}}' \
     | env -u ELECTOR_IMAGE "$bin" inject --no-fence 2>/dev/null)" || die "$bin inject without --image failed"
   grep -q "image: $want\$" <<<"$out" || die "$bin inject without --image does not use $want"
   log "$arch: $(basename "$bin") defaults to $want (--version and inject)"

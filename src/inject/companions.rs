@@ -15,6 +15,7 @@ use super::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
 use super::native_election::PassmowerElection;
 use super::options::InjectOptions;
 use super::rbac::{self, Generated, ObjectKey};
+use super::release_namespace::BoundAccounts;
 use super::target::Target;
 
 /// What the stream holds that companions must agree with, and what was emitted so far.
@@ -28,6 +29,8 @@ pub(super) struct Companions<'a> {
     /// Each write fence in the stream or emitted so far, by name: the Lease it binds and whom
     /// it was made for. One ServiceAccount has one fence.
     fences: HashMap<String, FenceClaim>,
+    /// Where the stream's bindings bind each ServiceAccount (the release namespace of a chart).
+    bound_accounts: BoundAccounts,
 }
 
 impl<'a> Companions<'a> {
@@ -38,6 +41,7 @@ impl<'a> Companions<'a> {
             existing_pdbs: Vec::new(),
             emitted: HashSet::new(),
             fences: HashMap::new(),
+            bound_accounts: BoundAccounts::default(),
         }
     }
 
@@ -52,6 +56,14 @@ impl<'a> Companions<'a> {
         if let Some(pdb) = rbac::pdb_selector(object) {
             self.existing_pdbs.push(pdb);
         }
+        self.bound_accounts.note(object);
+    }
+
+    /// The namespace of `info`'s pods as far as the stream and the options tell (its own, else
+    /// `--namespace`, else where the stream binds its ServiceAccount); a `--namespace` the
+    /// stream contradicts is an error.
+    pub(super) fn namespace_of(&self, info: &Target) -> Result<Option<String>, InjectError> {
+        self.bound_accounts.namespace_of(info, self.opts)
     }
 
     /// The companions of `info` (found in `value`, which `already_injected` says an earlier
@@ -66,6 +78,14 @@ impl<'a> Companions<'a> {
         let document = info.document;
         let workload = info.describe();
         let fence_only = opts.passmower_election == PassmowerElection::FenceOnly;
+        if !opts.workload_only && info.service_account == "default" {
+            return Err(shared_default_account(info));
+        }
+        let resolved = if opts.workload_only {
+            None
+        } else {
+            self.namespace_of(info)?
+        };
         let mut generated = Vec::new();
         if fence_only {
             generated = rbac::native_lease_companions(info);
@@ -98,7 +118,7 @@ impl<'a> Companions<'a> {
                     ),
                 });
             }
-            let Some(namespace) = info.namespace.as_deref().or(opts.namespace.as_deref()) else {
+            let Some(namespace) = resolved.as_deref() else {
                 return Err(InjectError::Manifest {
                     document,
                     workload,
@@ -161,7 +181,7 @@ impl<'a> Companions<'a> {
         // The replica guard, where it is served and its namespace known (else the rewrite
         // carries a warning, `guard::left_out`); the chart's with --workload-only. Not for
         // fence-only: Passmower's own election keeps its replicas to one writer there.
-        let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+        let namespace = resolved.as_deref();
         let guarded = opts.guard && !opts.workload_only && !fence_only;
         if let Some(namespace) = namespace.filter(|_| guarded) {
             if guard::left_out(opts, &workload, Some(namespace)).is_none() {
@@ -181,7 +201,7 @@ impl<'a> Companions<'a> {
         }
         // With --workload-only the chart installs the idle-namespace guard (its denyIdleNamespace).
         if opts.deny_idle_namespace && !opts.workload_only && !fence_only {
-            let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
+            let namespace = resolved.as_deref();
             for policy in rbac::deny_idle_namespace(&opts.idle_namespace, namespace, &info.name) {
                 generated.push(rbac::Generated {
                     value: policy,
@@ -217,6 +237,22 @@ impl<'a> Companions<'a> {
         }
         Ok(new)
     }
+}
+
+/// The refusal of a target that runs as its namespace's `default` ServiceAccount. The Lease
+/// grant and the write fence are keyed on the ServiceAccount, and `default` is every pod's that
+/// names none: any of them could stall the election, and the fence would refuse their Secret
+/// writes and Pod creates. Switching the workload to an account of our own instead would strip
+/// Passmower's own RBAC (bound to `default` there), so the user picks the account.
+fn shared_default_account(info: &Target) -> InjectError {
+    info.error(
+        "runs as the namespace's default ServiceAccount (spec.template.spec.serviceAccountName \
+         is unset or \"default\"), which every pod that names none shares: the Lease grant and \
+         the write fence are keyed on the ServiceAccount, so any such pod could stall the \
+         election and the fence would refuse their Secret writes and Pod creates. Set \
+         spec.template.spec.serviceAccountName to a ServiceAccount of Passmower's own (and bind \
+         Passmower's RBAC to it), or pass --workload-only and let the chart own the RBAC",
+    )
 }
 
 /// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it

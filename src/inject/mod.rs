@@ -21,6 +21,7 @@ mod pod;
 pub mod published;
 mod pull_secrets;
 mod rbac;
+mod release_namespace;
 mod run;
 mod sizing;
 mod strategy;

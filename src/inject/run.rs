@@ -139,8 +139,12 @@ impl Run<'_> {
                 let mut notes: Vec<String> = if fence_only {
                     Vec::new()
                 } else {
-                    let namespace = info.namespace.as_deref().or(opts.namespace.as_deref());
-                    guard::left_out(opts, &workload, namespace)
+                    let namespace = if opts.workload_only {
+                        None
+                    } else {
+                        self.companions.namespace_of(&info)?
+                    };
+                    guard::left_out(opts, &workload, namespace.as_deref())
                         .into_iter()
                         .collect()
                 };

@@ -17,7 +17,7 @@ use super::gather::{pod_of_identity, Gathered};
 use crate::elect::events::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
 use crate::election::identity::HolderIdentity;
 use crate::election::report as holder_report;
-use crate::inject::{ELECTOR_CONTAINER, INSTALL_CONTAINER};
+use crate::inject::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION, INSTALL_CONTAINER};
 
 /// Handovers shown (newest first).
 pub const HANDOVERS_SHOWN: usize = 5;
@@ -225,7 +225,7 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
             Vec::new()
         }
     };
-    let (healthy, verdict) = verdict(&lease, unknown, deployment.as_ref());
+    let (mut healthy, mut verdict) = verdict(&lease, unknown, deployment.as_ref());
     let handovers = events
         .iter()
         .rev()
@@ -240,6 +240,10 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
         .map(event_view)
         .collect();
     let fence = fence_view(g, &lease);
+    if let Some(why) = fence_on_another_lease(g, &fence, &lease).filter(|_| healthy) {
+        healthy = false;
+        verdict = why;
+    }
     Report {
         namespace: g.namespace.clone(),
         healthy,
@@ -576,6 +580,32 @@ fn event_view(e: &Event) -> EventView {
         pod: e.reporting_instance.as_deref().map(pod_of_identity),
         message: e.message.clone().unwrap_or_default(),
     }
+}
+
+/// Why the leader cannot work when the fence of its ServiceAccount binds another Lease: the
+/// apiserver refuses every operator write of this Lease's holder. It happens when a second
+/// install running as the same ServiceAccount re-pointed the one fence (it is named by the
+/// ServiceAccount), so the verdict names whom the binding was generated for.
+fn fence_on_another_lease(g: &Gathered, fence: &FenceView, lease: &LeaseView) -> Option<String> {
+    let other = fence.param.strip_prefix("other Lease ")?;
+    let made_for = match &g.fence.binding {
+        Ok(Some(b)) => b
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GENERATED_FOR_ANNOTATION))
+            .map(|w| format!(" (generated for {w})")),
+        _ => None,
+    }
+    .unwrap_or_default();
+    Some(format!(
+        "no working leader: the write fence {name}{made_for} binds Lease {other}, not {ours}, so \
+         the apiserver refuses every operator write of {ours}'s holder; another install runs as \
+         ServiceAccount {sa}: give each install its own ServiceAccount and apply this one again",
+        name = fence.name,
+        ours = lease.name,
+        sa = fence.service_account,
+    ))
 }
 
 fn fence_view(g: &Gathered, lease: &LeaseView) -> FenceView {

@@ -158,6 +158,26 @@ impl Injector {
         {
             return Decision::Skip(format!("{namespace}/{reason}"));
         }
+        // The chart's Lease grant and write fence are keyed on the ServiceAccount: on the
+        // namespace's `default` one they would cover every pod there that names none.
+        let account = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        if account == "default" {
+            return Decision::refuse(
+                422,
+                "Invalid",
+                format!(
+                    "{describe} opts in to passmower-elector but runs as the namespace's default \
+                     ServiceAccount, which every pod that names none shares: the Lease grant and \
+                     the write fence are keyed on the ServiceAccount, so any such pod could stall \
+                     the election and the fence would refuse their Secret writes and Pod creates. \
+                     Set serviceAccountName in its pod template to a ServiceAccount of \
+                     Passmower's own"
+                ),
+            );
+        }
 
         let opts = match self.pod_options(pod) {
             Ok(opts) => opts,
@@ -190,10 +210,6 @@ impl Injector {
         };
 
         if let Some(access) = &self.access {
-            let account = pod["spec"]["serviceAccountName"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .unwrap_or("default");
             match access.may_update_lease(&namespace, account, &lease).await {
                 Access::Allowed => {}
                 Access::Denied(why) => {
@@ -460,6 +476,32 @@ mod tests {
         assert_eq!(outcome, Outcome::Skipped);
         assert!(again.patch.is_none());
         assert!(again.audit_annotations["skipped"].contains("already injected"));
+    }
+
+    #[tokio::test]
+    async fn a_pod_on_the_default_service_account_is_refused() {
+        for account in [None, Some("default"), Some("")] {
+            let mut pod = deployment_pod();
+            match account {
+                Some(name) => pod["spec"]["serviceAccountName"] = json!(name),
+                None => {
+                    pod["spec"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("serviceAccountName");
+                }
+            }
+            let (response, outcome) = admitted(pod).await;
+            assert_eq!(outcome, Outcome::Refused, "{account:?}: {response:?}");
+            let status = response.status.expect("a refusal carries a status");
+            assert_eq!(status.code, 422);
+            assert!(
+                status.message.contains("default ServiceAccount")
+                    && status.message.contains("serviceAccountName"),
+                "{}",
+                status.message
+            );
+        }
     }
 
     #[tokio::test]

@@ -401,3 +401,77 @@ fn helm4_shows_why_inject_failed() {
     let releases = sandbox.ok("helm list -A -q");
     assert_eq!(releases.stdout.trim(), "", "a failed inject left a release");
 }
+
+/// Helm gives a post-renderer no `HELM_NAMESPACE` and renders no `metadata.namespace`, but the
+/// upstream chart writes the release namespace into its ClusterRoleBinding: inject refuses a
+/// `--namespace` other than `helm -n`'s (the fence would protect another namespace than the one
+/// Helm installs into) and, given none, fences the one Helm installs into. Real Helm 3 and 4.
+fn release_namespace_from_the_chart(helm: Helm) {
+    let _one = pme_testkit::tools::one_at_a_time();
+    let cluster = Cluster::start_private();
+    let sandbox = Sandbox::new(helm, &cluster.admin_kubeconfig());
+    let post_renderer = match helm {
+        Helm::V3 => "--post-renderer passmower-elector --post-renderer-args inject",
+        Helm::V4 => {
+            sandbox.ok("helm plugin install examples/retrofit-passmower/helm4-plugin");
+            "--post-renderer passmower-elector"
+        }
+    };
+    let chart = format!("passmower {UPSTREAM_OCI} --version {UPSTREAM_VERSION} -n auth");
+    let image = format!("--post-renderer-args=--image={DOCS_IMAGE}");
+    for command in ["template", "upgrade --install --create-namespace"] {
+        let ran = sandbox.bash(
+            &format!(
+                "helm {command} {chart} {post_renderer} {image} \
+                 --post-renderer-args=--namespace=passmower"
+            ),
+            Duration::from_secs(120),
+        );
+        // Helm 4's `template` prints the failure object of `--on-error=manifest` instead.
+        let refused = !ran.success || ran.stdout.contains("kind: InjectFailed");
+        assert!(
+            refused,
+            "{command}: a --namespace other than -n's was accepted:\n{}",
+            ran.stdout
+        );
+        assert!(
+            ran.stderr.contains("--namespace=auth") || ran.stdout.contains("--namespace=auth"),
+            "{command}: the refusal does not name helm's namespace:\n{}\n{}",
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    let releases = sandbox.ok("helm list -A -q");
+    assert_eq!(
+        releases.stdout.trim(),
+        "",
+        "a refused inject left a release"
+    );
+
+    let rendered = sandbox.ok(&format!("helm template {chart} {post_renderer} {image}"));
+    assert!(
+        rendered
+            .stdout
+            .contains("name: passmower-elector-fence.auth.passmower"),
+        "{}",
+        rendered.stdout
+    );
+    sandbox.ok(&format!(
+        "helm upgrade --install --create-namespace {chart} {post_renderer} {image} \
+           --set passmower.host=auth.example.com\n\
+         kubectl get validatingadmissionpolicybinding passmower-elector-fence.auth.passmower \
+           -o jsonpath='{{.spec.paramRef.namespace}}' | grep -qx auth\n\
+         kubectl -n auth get role/passmower-elector"
+    ));
+    assert_retrofitted(&sandbox, "auth", true);
+}
+
+#[test]
+fn release_namespace_from_the_chart_with_helm3() {
+    release_namespace_from_the_chart(Helm::V3);
+}
+
+#[test]
+fn release_namespace_from_the_chart_with_helm4() {
+    release_namespace_from_the_chart(Helm::V4);
+}

@@ -549,10 +549,21 @@ async fn bad_input_gets_a_reason_and_never_stops_the_server() {
             review(
                 "Pod",
                 json!({"metadata": {"name": "p", "annotations": {"passmower-elector.io/container": "app", LEASE_ANNOTATION: "p"}},
-            "spec": {"containers": [{"name": "app", "image": "x"}]}}),
+            "spec": {"serviceAccountName": "p", "containers": [{"name": "app", "image": "x"}]}}),
             ),
             200,
             "passmower-elector.io/app-command",
+        ),
+        // One on the namespace's default ServiceAccount is refused, naming the field.
+        (
+            "/mutate",
+            review(
+                "Pod",
+                json!({"metadata": {"name": "p", "annotations": {"passmower-elector.io/container": "app", LEASE_ANNOTATION: "p"}},
+            "spec": {"containers": [{"name": "app", "image": "x", "command": ["app"]}]}}),
+            ),
+            200,
+            "default ServiceAccount",
         ),
     ];
     for (path, body, status, expected) in cases {

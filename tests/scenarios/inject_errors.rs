@@ -679,3 +679,88 @@ fn an_image_pull_secret_must_be_a_secret_name() {
         "{stderr}"
     );
 }
+
+/// The Lease grant and the write fence are keyed on the ServiceAccount: a workload that runs as
+/// its namespace's `default` one (none named, or `default` named) would share both with every
+/// other pod there, so inject refuses it and names the field to set.
+#[test]
+fn a_workload_on_the_default_service_account_is_refused() {
+    let own = golden("passmower.in.yaml");
+    let line = "      serviceAccountName: passmower\n";
+    assert_eq!(own.matches(line).count(), 1, "the golden changed");
+    for (how, input) in [
+        ("unset", own.replace(line, "")),
+        (
+            "default",
+            own.replace(line, "      serviceAccountName: default\n"),
+        ),
+    ] {
+        for args in [
+            vec!["inject", "--namespace", "auth"],
+            vec!["inject", "--namespace", "auth", "--no-fence"],
+        ] {
+            let stderr = refused(&args, &input, &[]);
+            for needle in [
+                "Deployment/passmower",
+                "default ServiceAccount",
+                "spec.template.spec.serviceAccountName",
+            ] {
+                assert!(stderr.contains(needle), "{how} {args:?} {needle}: {stderr}");
+            }
+        }
+        // With --workload-only the chart owns the ServiceAccount, its RBAC and the fence.
+        let out = inject(&["--namespace", "auth", "--workload-only"], &input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{how}: {}", out.stderr);
+    }
+    // Passmower 2.4 keeping its own election: its Lease grant and fence are keyed alike.
+    let native = golden("passmower-2.4.in.yaml").replace(line, "");
+    let stderr = refused(
+        &[
+            "inject",
+            "--passmower-election=fence-only",
+            "--namespace",
+            "auth",
+        ],
+        &native,
+        &[],
+    );
+    assert!(stderr.contains("default ServiceAccount"), "{stderr}");
+}
+
+/// Helm gives a post-renderer neither the release namespace nor a `metadata.namespace` on the
+/// objects, but a chart writes it into its bindings' ServiceAccount subjects (upstream's
+/// ClusterRoleBinding does): a `--namespace` that contradicts them would put the fence and the
+/// guard on another namespace than the one Helm installs into, so inject refuses it, and
+/// without `--namespace` it takes the namespace from there.
+#[test]
+fn a_namespace_the_rendered_bindings_contradict_is_refused() {
+    let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+                   metadata:\n  name: passmower\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+                   kind: ClusterRole\n  name: passmower\nsubjects:\n  - kind: ServiceAccount\n    \
+                   name: passmower\n    namespace: auth\n";
+    let input = format!("{}{binding}", golden("passmower.in.yaml"));
+    let stderr = refused(&["inject", "--namespace", "passmower"], &input, &[]);
+    for needle in [
+        "Deployment/passmower",
+        "ServiceAccount passmower in namespace auth",
+        "--namespace is \"passmower\"",
+        "--namespace=auth",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    // The namespace Helm installs into, or none: the fence and the guard protect `auth`.
+    for args in [vec!["--namespace", "auth"], vec![]] {
+        let out = inject(&args, &input, &[]);
+        assert_eq!(out.status, ExitStatus::Code(0), "{args:?}: {}", out.stderr);
+        for name in [
+            "name: passmower-elector-fence.auth.passmower",
+            "name: passmower-elector-guard.auth.passmower",
+        ] {
+            assert!(
+                out.stdout.contains(name),
+                "{args:?} {name}:\n{}",
+                out.stdout
+            );
+        }
+    }
+}

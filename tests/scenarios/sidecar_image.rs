@@ -78,6 +78,7 @@ spec:
   template:
     metadata: {labels: {app: p}}
     spec:
+      serviceAccountName: passmower
       containers: [{name: passmower, image: "passmower:1"}]
 "#;
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -376,12 +376,7 @@ fn the_fence_says_whether_its_parameter_is_this_lease() {
         ("installed", "installed", "present")
     );
     assert_eq!(r.fence.refusals, Some(2));
-    g.fence.binding = Ok(Some(binding("other")));
-    g.fence.refusals = Err("forbidden".into());
-    let r = build(&g, now());
-    assert_eq!(r.fence.param, "other Lease other");
-    assert_eq!(r.fence.refusals, None);
-    assert!(r.fence.refusals_note.contains("not visible"));
+    assert!(r.healthy, "{}", r.verdict);
     g.fence.policy = Ok(None);
     let r = build(&g, now());
     assert_eq!(r.fence.policy, "missing");
@@ -390,4 +385,29 @@ fn the_fence_says_whether_its_parameter_is_this_lease() {
         text.starts_with("HEALTHY: a working leader: pm-a runs operators"),
         "{text}"
     );
+    // Another install on the same ServiceAccount re-pointed the fence: this leader's operator
+    // writes are all refused, whatever its report says.
+    let mut other = binding("other");
+    other.metadata.annotations = Some(
+        [(
+            "passmower-elector.io/generated-for".to_owned(),
+            "Deployment/passmower-two".to_owned(),
+        )]
+        .into(),
+    );
+    g.fence.binding = Ok(Some(other));
+    g.fence.refusals = Err("forbidden".into());
+    let r = build(&g, now());
+    assert_eq!(r.fence.param, "other Lease other");
+    assert_eq!(r.fence.refusals, None);
+    assert!(r.fence.refusals_note.contains("not visible"));
+    assert!(!r.healthy);
+    assert_eq!(r.exit_code(), 1);
+    for needle in [
+        "binds Lease other",
+        "Deployment/passmower-two",
+        "own ServiceAccount",
+    ] {
+        assert!(r.verdict.contains(needle), "{needle}: {}", r.verdict);
+    }
 }
