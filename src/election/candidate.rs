@@ -180,7 +180,8 @@ pub enum Source {
     /// on a server that has never sent it a bookmark. Such a server sends nothing at all about
     /// an absent Lease, so the quiet stream is no more suspect than it was while the absence
     /// was being counted, and this read, which finds the Lease still absent, does not restart
-    /// the count (see [`Candidate::observe`]). In every other way it is a [`Source::Read`].
+    /// the count; the takeover still waits R + K and the margin from it (see
+    /// [`Candidate::observe`]). In every other way it is a [`Source::Read`].
     Resync { sent_at: BootInstant },
 }
 
@@ -339,10 +340,25 @@ impl Candidate {
         };
         // A Lease found absent by a new read may have been recreated, renewed and deleted again
         // since the last look without us seeing it (the key of an absent Lease never changes),
-        // so its absence counts from now. Not after a resync: its stream was as quiet as every
-        // stream of that server, and the count already rested on such a stream's silence.
-        if matches!(source, Source::Read { .. }) && observed == Observed::Absent {
-            first_seen = now;
+        // so its absence counts from now. A resync keeps the count (its stream was as quiet as
+        // every stream of that server, and the count already rested on such a stream's
+        // silence), but that stream may have been dead: a holder that took the Lease meanwhile
+        // and lost it to a hand delete just before this read still has its grant, renewed at the
+        // latest before the delete, so until now + R + K. The takeover waits for that, with
+        // the margin, whatever the count says.
+        if observed == Observed::Absent {
+            match source {
+                Source::Read { .. } => first_seen = now,
+                Source::Resync { .. } => {
+                    let holder_gone = self.timing.renew_deadline
+                        + self.timing.kill_grace
+                        + super::timing::MIN_MARGIN;
+                    let earliest = now.saturating_add(holder_gone);
+                    first_seen =
+                        first_seen.max(earliest.saturating_sub(self.timing.lease_duration));
+                }
+                Source::Event => {}
+            }
         }
         let holder = match &observed {
             Observed::Present(r) => Some(r.holder.clone()),

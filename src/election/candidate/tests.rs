@@ -139,6 +139,27 @@ fn a_resync_that_finds_the_lease_still_absent_keeps_counting_from_the_first_look
     assert_eq!(c.free_at(), Some(at(390.0)));
 }
 
+/// The stream a resync replaces may have been dead: a holder may have taken the Lease meanwhile
+/// and lost it to a hand delete just before the resync, its grant live until its last renew
+/// (before the delete) + R, its app stopping by + K. A resync that finds the Lease absent keeps
+/// the count, but the takeover still waits R + K and the margin from it.
+#[test]
+fn a_resync_that_finds_the_lease_absent_waits_out_a_holder_it_may_have_missed() {
+    let t = Timing {
+        lease_duration: Duration::from_secs(120),
+        ..Timing::default()
+    };
+    let mut c = Candidate::new("me_1", t);
+    read(&mut c, at(0.0), Observed::Absent);
+    // The count is long done when the resync (the stream went quiet, maybe dead) comes in.
+    resync(&mut c, at(200.0), Observed::Absent);
+    let holder_gone = 200.0 + 10.0 + 3.0 + 1.0; // R + K + margin
+    assert!(!c.may_acquire(at(200.0)), "took the Lease at the resync");
+    assert!(!c.may_acquire(at(holder_gone - 0.1)));
+    assert!(c.may_acquire(at(holder_gone)));
+    assert_eq!(c.free_at(), Some(at(holder_gone)));
+}
+
 #[test]
 fn a_reread_of_an_unchanged_held_record_keeps_its_first_look() {
     for source in [
