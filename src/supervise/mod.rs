@@ -56,6 +56,7 @@ pub mod converge;
 mod follow;
 mod health;
 mod instance;
+mod lease_bridge;
 mod listening;
 pub mod mode;
 mod obedience;

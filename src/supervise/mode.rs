@@ -129,7 +129,7 @@ pub const SIGNAL_LEAD: Duration = Duration::from_millis(250);
 /// signal, so lapsing grants are demoted early enough (see [`SIGNAL_LEAD`]).
 pub fn judged_at(now: BootInstant, on_change: OnChange) -> BootInstant {
     match on_change {
-        OnChange::Restart | OnChange::LeaderInstance => now,
+        OnChange::Restart | OnChange::LeaderInstance | OnChange::LeaseBridge => now,
         OnChange::Signal(_) => now.saturating_add(SIGNAL_LEAD),
     }
 }
@@ -191,6 +191,10 @@ pub enum OnChange {
     /// the grant-following child, run as with `Restart` and `--on-follower=stop`; the serving
     /// instance is never restarted because of the grant (see `serving.rs`).
     LeaderInstance,
+    /// One process for both modes, a self-electing Passmower with its own election on: the lease
+    /// bridge answers that election's Lease from the grant, and the mode changes when the app's
+    /// election has taken the new answer in (see `lease_bridge.rs`).
+    LeaseBridge,
 }
 
 impl std::fmt::Display for OnChange {
@@ -199,6 +203,7 @@ impl std::fmt::Display for OnChange {
             OnChange::Restart => f.write_str("restart"),
             OnChange::Signal(sig) => write!(f, "signal:{sig}"),
             OnChange::LeaderInstance => f.write_str("leader-instance"),
+            OnChange::LeaseBridge => f.write_str("lease-bridge"),
         }
     }
 }
@@ -243,11 +248,12 @@ fn toggle_refusal(sig: Signal) -> Option<&'static str> {
 /// Parses `--on-change`: `restart`, `leader-instance` or `signal:SIGNAME` (`signal:SIGUSR2`,
 /// `signal:USR2`), SIGNAME one of [`TOGGLE_SIGNALS`].
 pub fn parse_on_change(s: &str) -> Result<OnChange, String> {
-    const ALLOWED: &str = "allowed: restart, leader-instance, signal:SIGNAME with SIGNAME one of \
-                           SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH (e.g. signal:SIGUSR2)";
+    const ALLOWED: &str = "allowed: restart, leader-instance, lease-bridge, signal:SIGNAME with \
+                           SIGNAME one of SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH (e.g. signal:SIGUSR2)";
     match s {
         "restart" => return Ok(OnChange::Restart),
         "leader-instance" => return Ok(OnChange::LeaderInstance),
+        "lease-bridge" => return Ok(OnChange::LeaseBridge),
         _ => {}
     }
     let name = s
@@ -289,6 +295,8 @@ pub enum Step {
     Stop,
     /// Tell the running child to switch to this mode with a signal.
     Signal(Signal, Mode),
+    /// Tell the running child's lease bridge the new mode; its own election takes it in.
+    Bridge(Mode),
 }
 
 pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -> Step {
@@ -300,6 +308,7 @@ pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -
         (Some(_), Some(b)) => match on_change {
             OnChange::Restart | OnChange::LeaderInstance => Step::Stop,
             OnChange::Signal(sig) => Step::Signal(sig, b),
+            OnChange::LeaseBridge => Step::Bridge(b),
         },
     }
 }
@@ -409,6 +418,11 @@ mod tests {
         assert_eq!(step(None, f, usr2), Step::Start(Mode::Follower));
         assert_eq!(step(l, None, usr2), Step::Stop);
         assert_eq!(step(None, None, restart), Step::Keep);
+        let bridge = OnChange::LeaseBridge;
+        assert_eq!(step(f, l, bridge), Step::Bridge(Mode::Leader));
+        assert_eq!(step(l, f, bridge), Step::Bridge(Mode::Follower));
+        assert_eq!(step(l, l, bridge), Step::Keep);
+        assert_eq!(step(l, None, bridge), Step::Stop);
     }
 
     #[test]
@@ -555,7 +569,13 @@ mod tests {
             parse_on_change("leader-instance"),
             Ok(OnChange::LeaderInstance)
         );
-        for policy in ["restart", "leader-instance", "signal:SIGUSR2"] {
+        assert_eq!(parse_on_change("lease-bridge"), Ok(OnChange::LeaseBridge));
+        for policy in [
+            "restart",
+            "leader-instance",
+            "lease-bridge",
+            "signal:SIGUSR2",
+        ] {
             assert_eq!(parse_on_change(policy).unwrap().to_string(), policy);
         }
         assert_eq!(

@@ -374,6 +374,7 @@ mod tests {
             converge: None,
             standby: None,
             health: None,
+            bridge: None,
         };
         (Obedience::new(&settings, trust), key)
     }

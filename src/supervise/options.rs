@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::converge;
 use super::health::{self, HealthSpec};
+use super::lease_bridge;
 use super::mode::{self, Backoff, OnChange, OnFollower};
 use super::port_map;
 use super::settings::Settings;
@@ -112,14 +113,19 @@ pub struct SuperviseArgs {
     /// `leader-instance`: keep it running with the follower environment (serving, never
     /// restarted because of the grant) and, while leader, run a second instance of the same
     /// command with the leader environment beside it (move its listening ports with
-    /// --leader-port-map or --leader-env); or `signal:SIGNAME` for apps that toggle live,
+    /// --leader-port-map or --leader-env); `lease-bridge`: one process for both modes, for a
+    /// Passmower that elects a leader itself (2.4 and later), with its election on and its
+    /// Lease answered from the grant by a preload (never the API server); the mode is acked
+    /// once the app's election has taken it in, a demotion not taken in within --kill-grace
+    /// (at least 3s) kills it, and an app whose election does not read its Lease through the
+    /// preload is refused (exit 2); or `signal:SIGNAME` for apps that toggle live,
     /// SIGNAME one of SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH (Node.js starts its debugger on
     /// SIGUSR1; other signals mean something else to the app or this supervisor). With a signal the app keeps the environment it was started with; it
     /// must read its mode elsewhere (the flag file, GET /mode), and it must stop operator work
     /// within --kill-grace of a demotion signal: the demotion is acked (and the Lease released)
     /// once that grace has passed. A crashed app is restarted with the current mode's
     /// environment.
-    #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|leader-instance|signal:SIGNAME",
+    #[arg(long, env = "ELECTOR_ON_CHANGE", value_name = "restart|leader-instance|lease-bridge|signal:SIGNAME",
         default_value = "restart", value_parser = mode::parse_on_change)]
     pub on_change: OnChange,
 
@@ -403,6 +409,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
     let converge = converge_settings(&args, &leader_env)?;
     let standby = standby_settings(&args, &leader_env)?;
     let health = health_settings(&args)?;
+    let bridge = bridge_settings(&args, &leader_env)?;
     let on_follower = match args.on_change {
         // The serving instance is what runs as follower; the grant-following child (the leader
         // instance) runs only while leader.
@@ -443,6 +450,7 @@ pub fn prepare(args: SuperviseArgs) -> Result<Prepared, ConfigError> {
             converge,
             standby,
             health,
+            bridge,
         },
         flag_file: args.flag_file,
         reread: args.reread_interval,
@@ -460,7 +468,7 @@ fn converge_settings(
     if !args.converge_oidc_clients {
         return Ok(None);
     }
-    if let OnChange::Signal(_) = args.on_change {
+    if matches!(args.on_change, OnChange::Signal(_) | OnChange::LeaseBridge) {
         return Err(ConfigError::new(
             "--converge-oidc-clients",
             "true",
@@ -483,6 +491,59 @@ fn converge_settings(
         selector: leader_value(SELECTOR_VAR),
         deployment: leader_value("DEPLOYMENT_NAME"),
     }))
+}
+
+/// `--on-change=lease-bridge`'s process environment (see `lease_bridge.rs`); refuses what one
+/// process for both modes cannot do: run nothing while follower, change its command line with
+/// the mode, or take a demotion in within a kill grace shorter than two of its election's ticks.
+fn bridge_settings(
+    args: &SuperviseArgs,
+    leader_env: &[(String, String)],
+) -> Result<Option<Vec<(String, String)>>, ConfigError> {
+    if args.on_change != OnChange::LeaseBridge {
+        return Ok(None);
+    }
+    if args.on_follower == OnFollower::Stop {
+        return Err(ConfigError::new(
+            "--on-follower",
+            "stop",
+            "cannot be combined with --on-change=lease-bridge, whose one process runs (and \
+             serves) in both modes; for an app that must run only while leader use \
+             --on-change=restart --on-follower=stop",
+        ));
+    }
+    if args.leader_args != args.follower_args {
+        let shown = args.leader_args.first().or(args.follower_args.first());
+        return Err(ConfigError::new(
+            if args.leader_args.is_empty() {
+                "--follower-args"
+            } else {
+                "--leader-args"
+            },
+            shown.map(String::as_str).unwrap_or_default(),
+            "cannot differ between the modes with --on-change=lease-bridge: its one process is \
+             never restarted for a mode change, so its command line cannot follow one; give the \
+             difference as --leader-env/--follower-env",
+        ));
+    }
+    if args.kill_grace < lease_bridge::MIN_KILL_GRACE {
+        return Err(ConfigError::new(
+            "--kill-grace",
+            crate::config::human(args.kill_grace),
+            format!(
+                "must be at least {} with --on-change=lease-bridge: the app's election takes a \
+                 demotion in at its second Lease read after it, up to two of its 1s ticks and \
+                 its callbacks later, and a shorter grace would kill it on every demotion",
+                crate::config::human(lease_bridge::MIN_KILL_GRACE)
+            ),
+        ));
+    }
+    let inherited = std::env::var("NODE_OPTIONS").ok();
+    Ok(Some(lease_bridge::spawn_env(
+        leader_env,
+        &args.follower_env,
+        inherited.as_deref(),
+    )))
 }
 
 /// `--leader-standby`'s start and go, from the follower environment and the leader instance's

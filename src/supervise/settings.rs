@@ -46,4 +46,7 @@ pub struct Settings {
     pub standby: Option<StandbySpec>,
     /// `--leader-health-url` and its timings: how the leader instance is probed.
     pub health: Option<HealthSpec>,
+    /// `--on-change=lease-bridge`: the one process's environment overrides (the follower's,
+    /// upstream's election on, the bridge's preload); its socket is added per start.
+    pub bridge: Option<Vec<(String, String)>>,
 }

@@ -20,6 +20,7 @@ use super::converge::{self, Outcome};
 use super::follow::Observation;
 use super::health::{self, LeaderHealth, Verdict};
 use super::instance::{self, Ended, Instance};
+use super::lease_bridge::{self, Overdue, Said, Tracker};
 use super::listening;
 use super::mode::{self, OnChange, SignalDemotion, Step};
 use super::obedience::{Channel, LeaderCounts, Obedience, Offer};
@@ -104,7 +105,31 @@ pub struct Supervisor {
     health: Option<LeaderHealth>,
     health_tx: mpsc::UnboundedSender<health::Answer>,
     health_rx: Option<mpsc::UnboundedReceiver<health::Answer>>,
+    /// With `--on-change=lease-bridge`: the running process's bridge, and what its preload says.
+    bridge: Option<Bridged>,
+    bridge_starts: u64,
+    bridge_tx: mpsc::UnboundedSender<(u64, Said)>,
+    bridge_rx: Option<mpsc::UnboundedReceiver<(u64, Said)>>,
     status: watch::Sender<Status>,
+}
+
+/// The lease bridge of the process that runs now (see `lease_bridge.rs`).
+#[derive(Debug)]
+struct Bridged {
+    /// Its start's number: what its preload says is tagged with it.
+    start: u64,
+    tracker: Tracker,
+    link: Option<lease_bridge::Link>,
+}
+
+impl Bridged {
+    fn tell(&mut self, mode: Mode, deadline: Option<BootInstant>) {
+        let line = self.tracker.tell(mode, deadline);
+        if let Some(Err(e)) = self.link.as_ref().map(|l| l.send(&line)) {
+            tracing::warn!(error = %e, %mode, "cannot tell the lease bridge the grant; \
+                nothing is acked until the app's election has taken it in");
+        }
+    }
 }
 
 impl Supervisor {
@@ -116,6 +141,7 @@ impl Supervisor {
         let (converged_tx, converged_rx) = mpsc::unbounded_channel();
         let (listening_tx, listening_rx) = mpsc::unbounded_channel();
         let (health_tx, health_rx) = mpsc::unbounded_channel();
+        let (bridge_tx, bridge_rx) = mpsc::unbounded_channel();
         let health = settings.health.clone().map(LeaderHealth::new);
         let standby = settings
             .standby
@@ -132,6 +158,10 @@ impl Supervisor {
             health,
             health_tx,
             health_rx: Some(health_rx),
+            bridge: None,
+            bridge_starts: 0,
+            bridge_tx,
+            bridge_rx: Some(bridge_rx),
             obedience: Obedience::new(&settings, trust),
             settings,
             child: Instance::idle(),
@@ -197,6 +227,10 @@ impl Supervisor {
             .health_rx
             .take()
             .unwrap_or_else(|| mpsc::unbounded_channel().1);
+        let mut bridge_said = self
+            .bridge_rx
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1);
         self.reconcile();
         loop {
             self.serving_follows_shutdown();
@@ -222,6 +256,7 @@ impl Supervisor {
                 .standby
                 .as_ref()
                 .and_then(|s| s.wake_at(BootInstant::now()));
+            let bridge_at = self.bridge_wake_at();
             tokio::select! {
                 // The dead man's switch first: nothing that floods the other branches (pushes
                 // to the toggle, flag-file churn) may delay a demotion.
@@ -236,6 +271,8 @@ impl Supervisor {
                 Some(done) = converged.recv() => self.on_converged(done),
                 Some(()) = listening.recv() => self.on_leader_listening(),
                 Some(answer) = health_answers.recv() => self.on_health(answer),
+                Some(said) = bridge_said.recv() => self.on_bridge(said),
+                _ = sleep_until(bridge_at) => self.on_bridge_due(),
                 _ = sleep_until(restart_at) => self.reconcile(),
                 _ = sleep_until(demoted_at) => self.reconcile(),
                 _ = tokio::time::sleep(self.settings.ack_retry), if !self.obedience.ack_ready() => {
@@ -394,7 +431,18 @@ impl Supervisor {
         // Whatever it left behind in its group goes before anything new starts; a leader's
         // leftovers no later than the kill grace after its grant's expiry.
         let kill_at = self.obedience.kill_deadline(now);
-        match self.child.main_exited(pid, exit, kill_at) {
+        let ended = self.child.main_exited(pid, exit, kill_at);
+        if ended.is_some() {
+            if let Some(b) = self.bridge.take().filter(|b| !b.tracker.proven()) {
+                tracing::info!(
+                    pid = pid.as_raw(),
+                    start = b.start,
+                    "the process ended before its \
+                    election read its Lease through the lease bridge"
+                );
+            }
+        }
+        match ended {
             None => return false,
             Some(Ended::Stopped { pgid }) => {
                 tracing::info!(pid = pgid.as_raw(), %exit, "child stopped");
@@ -540,6 +588,7 @@ impl Supervisor {
             Step::Keep => {}
             Step::Start(m) => self.start(m, now),
             Step::Stop => self.begin_stop(),
+            Step::Bridge(m) => self.bridge_to(m, now),
             Step::Signal(sig, m) => {
                 let how = match m {
                     Mode::Leader => SignalDemotion::Signal { acked_at: now },
@@ -571,9 +620,116 @@ impl Supervisor {
                 }
             }
         }
-        if !self.child.is_stopping() && self.demoting_until().is_none() {
+        if !self.child.is_stopping()
+            && self.demoting_until().is_none()
+            && !self.bridge_holds_acks(now)
+        {
             self.settle(now);
         }
+    }
+
+    /// Tells the running process's lease bridge the new mode. A demotion must be taken in by the
+    /// kill deadline (no later than the kill grace after the expiry of the grant it ran under),
+    /// or the process is killed; a promotion counts as a leader start.
+    fn bridge_to(&mut self, m: Mode, now: BootInstant) {
+        let deadline =
+            (m == Mode::Follower).then(|| self.obedience.kill_deadline(now)(Mode::Leader));
+        let Some(r) = self.child.running_mut() else {
+            return;
+        };
+        tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m,
+            "telling the app's election the grant through the lease bridge");
+        r.mode = m;
+        if let Some(b) = &mut self.bridge {
+            b.tell(m, deadline);
+        }
+        if m == Mode::Leader {
+            self.leader_starts = self.leader_starts.saturating_add(1);
+        }
+    }
+
+    /// Whether acks must wait, with `--on-change=lease-bridge`: the running process has not yet
+    /// shown that its election follows the bridge, or has not taken the last grant in; or no
+    /// process runs while the grant says leader (nothing leads). Never at shutdown.
+    fn bridge_holds_acks(&self, now: BootInstant) -> bool {
+        if self.settings.bridge.is_none() || self.shutdown.is_some() {
+            return false;
+        }
+        match (&self.bridge, self.child.running()) {
+            (Some(b), Some(_)) => b.tracker.waiting(),
+            _ => self.obedience.target(now) == Mode::Leader,
+        }
+    }
+
+    /// When the running process's bridge must be looked at again (see [`Tracker::wake_at`]).
+    fn bridge_wake_at(&self) -> Option<BootInstant> {
+        self.child.running()?;
+        self.bridge.as_ref()?.tracker.wake_at()
+    }
+
+    fn on_bridge(&mut self, (start, said): (u64, Said)) {
+        let Some(b) = self.bridge.as_mut().filter(|b| b.start == start) else {
+            return; // an earlier process's
+        };
+        match said {
+            Said::Ready => tracing::debug!(start, "lease bridge in place"),
+            Said::Broken(why) => self.refuse_bridge(&format!("its preload says: {why}")),
+            Said::Read { n, us } => {
+                let first = !b.tracker.proven();
+                let taken = b.tracker.on_read(n, us);
+                if first {
+                    tracing::info!(
+                        start,
+                        "the app's election reads its Lease through the lease bridge"
+                    );
+                }
+                if let Some(mode) = taken {
+                    tracing::info!(%mode, "the app's election has taken the grant in");
+                }
+                if first || taken.is_some() {
+                    self.reconcile();
+                }
+            }
+            Said::Closed => tracing::debug!(start, "lease bridge socket closed"),
+        }
+    }
+
+    fn on_bridge_due(&mut self) {
+        let now = BootInstant::now();
+        let Some(b) = &self.bridge else {
+            return;
+        };
+        match b.tracker.overdue(now) {
+            Overdue::Nothing => {}
+            Overdue::Unproven => self.refuse_bridge(&format!(
+                "no read of its Lease came through the bridge within {} of its start",
+                crate::config::human(lease_bridge::PROOF_WITHIN)
+            )),
+            Overdue::Demotion => {
+                if let Some(pid) = self.child.kill() {
+                    tracing::warn!(
+                        pid = pid.as_raw(),
+                        "the app's election did not take the demotion in within the kill grace; \
+                         killed its process group (it restarts as follower)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The app's election does not go through the lease bridge: it would elect on its own beside
+    /// ours. Stop it and exit 2; nothing was acked for it, so the pod never contended.
+    fn refuse_bridge(&mut self, why: &str) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        tracing::error!(%why,
+            "the app's leader election does not go through the lease bridge, so it would elect on \
+             its own beside the elector; refusing to run it. Use --on-change=leader-instance (the \
+             two-instance mode, with LEADER_ELECTION_ENABLED=false) for this Passmower");
+        self.shutdown = Some(Shutdown { exit_code: Some(2) });
+        self.crash_hold = None;
+        self.reconcile();
     }
 
     fn start(&mut self, m: Mode, now: BootInstant) {
@@ -593,6 +749,7 @@ impl Supervisor {
         let after_crash = after_crash || std::mem::take(&mut self.converge.after_crash);
         let started = match self.go_standby(m, now) {
             Some(pid) => Ok(pid),
+            None if self.settings.bridge.is_some() => self.spawn_bridged(m, now),
             None if m == Mode::Leader => self.spawn_leader(now),
             None => self.child.spawn(
                 &self.settings.command,
@@ -635,6 +792,38 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Starts the one process of `--on-change=lease-bridge` with a fresh bridge socket, and
+    /// tells its bridge the mode at once (the preload answers "held by another" until then).
+    fn spawn_bridged(&mut self, m: Mode, now: BootInstant) -> std::io::Result<Pid> {
+        let pair = lease_bridge::Pair::open()?;
+        let mut env = self.settings.bridge.clone().unwrap_or_default();
+        env.push(pair.env());
+        let pid = self.child.spawn(
+            &self.settings.command,
+            &self.settings.follower_args,
+            &env,
+            m,
+            now,
+        )?;
+        self.bridge_starts += 1;
+        let start = self.bridge_starts;
+        let link = pair
+            .link(start, self.bridge_tx.clone())
+            .inspect_err(|e| {
+                tracing::error!(error = %e, "cannot read the lease bridge's socket; the process \
+                    cannot show that its election follows the grant, and is refused");
+            })
+            .ok();
+        let mut bridged = Bridged {
+            start,
+            tracker: Tracker::started(now),
+            link,
+        };
+        bridged.tell(m, None);
+        self.bridge = Some(bridged);
+        Ok(pid)
     }
 
     /// Starts the leader instance afresh. While the serving instance's first start waits for

@@ -29,6 +29,7 @@ mod install_lifecycle;
 mod install_webhook;
 mod leader_app_metrics;
 mod leader_scope;
+mod lease_bridge;
 mod manifests_dry_run;
 mod native_election;
 mod pods_end_to_end;

@@ -25,6 +25,7 @@ mod supervise_config;
 mod supervise_files;
 mod supervise_leader_health;
 mod supervise_leader_instance;
+mod supervise_lease_bridge;
 mod supervise_modes;
 mod supervise_safety;
 mod supervise_signals;

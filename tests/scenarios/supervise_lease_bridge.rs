@@ -1,0 +1,257 @@
+//! `--on-change=lease-bridge`: the flags it refuses (exit 2, the flag named), an app whose
+//! election the bridge cannot reach (refused, exit 2, nothing acked), and the ack rule against a
+//! small Node app whose election is built like Passmower 2.4's (one tick a second, never two at
+//! once, its Lease read through `KubernetesAdapter` in `src/adapters/kubernetes.js`): a mode is
+//! acked only once that election has taken it in, and a stand-down that hangs gets the process
+//! killed at the kill grace. The real Passmower 2.4 under this mode is `tests/api/lease_bridge.rs`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::product::*;
+use pme_testkit::wait::{wait_until, POLL};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn run(sb: &Sandbox, args: &[&str], command: &[&str]) -> Output {
+    let flag = sb.flag_file().display().to_string();
+    let mut child = Command::new(BIN)
+        .arg("supervise")
+        .args(["--flag-file", &flag, "--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--")
+        .args(command)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let exited = wait_until(Duration::from_secs(40), POLL, || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn what_one_process_for_both_modes_cannot_do_is_refused_with_the_flag_named() {
+    for (args, flag, why) in [
+        (
+            &["--on-change=lease-bridge", "--on-follower=stop"][..],
+            "--on-follower",
+            "runs (and serves) in both modes",
+        ),
+        (
+            &[
+                "--on-change=lease-bridge",
+                "--leader-args=--x=1",
+                "--follower-args=--x=2",
+            ][..],
+            "--leader-args",
+            "cannot differ between the modes",
+        ),
+        (
+            &["--on-change=lease-bridge", "--kill-grace=2s"][..],
+            "--kill-grace",
+            "at least 3s",
+        ),
+        (
+            &["--on-change=lease-bridge", "--converge-oidc-clients"][..],
+            "--converge-oidc-clients",
+            "with lease-bridge",
+        ),
+        (
+            &["--on-change=lease-bridgee"][..],
+            "--on-change",
+            "lease-bridge",
+        ),
+    ] {
+        let sb = Sandbox::new();
+        let marker = sb.path("started");
+        let app = sb.script("app.sh", &format!("touch {}", marker.display()));
+        let out = run(&sb, args, &[app.to_str().unwrap_or_default()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {flag} not in {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {why:?} not in {stderr}");
+        assert!(!marker.exists(), "{args:?}: the app was started");
+    }
+}
+
+/// A Node app with no adapter for the preload to patch (a Passmower whose election moved) is
+/// stopped and the supervisor exits 2 naming the two-instance mode; nothing was acked for it, so
+/// its pod never contended.
+#[test]
+fn an_app_whose_election_does_not_go_through_the_bridge_is_refused_and_never_acked() {
+    pme_testkit::needs_node();
+    let sb = Sandbox::new();
+    let src = sb.path("src");
+    std::fs::create_dir_all(&src).expect("src");
+    let main = src.join("app.js");
+    std::fs::write(&main, "setInterval(() => {}, 1000);\n").expect("app.js");
+    let out = run(
+        &sb,
+        &["--on-change=lease-bridge"],
+        &["node", main.to_str().unwrap_or_default()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needle in [
+        "does not go through the lease bridge",
+        "--on-change=leader-instance",
+        "no adapters/kubernetes.js beside the main script",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    let ack = sb.ack().expect("ack file");
+    assert_eq!(ack["mode"], "stopped", "{ack}");
+    assert_eq!(
+        ack["seq"], 0,
+        "a grant was acked for an unproven app: {ack}"
+    );
+}
+
+/// Passmower 2.4's election in miniature: the same adapter methods and file, a tick a second
+/// with a guard against overlap, stand down on "held by another", renew and lead on "held by
+/// us". It records `start SELECTOR` / `stop` in `state`; with the file `hang` present its stand
+/// down never finishes (an onStoppedLeading that hangs).
+fn mini_passmower(sb: &Sandbox) -> PathBuf {
+    let src = sb.path("src");
+    std::fs::create_dir_all(src.join("adapters")).expect("src/adapters");
+    std::fs::write(
+        src.join("adapters/kubernetes.js"),
+        "export class KubernetesAdapter {
+  async getLease() { throw new Error('reached the API server'); }
+  async createLease() { throw new Error('reached the API server'); }
+  async replaceLease() { throw new Error('reached the API server'); }
+}
+",
+    )
+    .expect("adapter");
+    let state = sb.path("state");
+    let hang = sb.path("hang");
+    let main = src.join("app.js");
+    std::fs::write(
+        &main,
+        format!(
+            "import fs from 'node:fs';
+import {{ KubernetesAdapter }} from './adapters/kubernetes.js';
+const adapter = new KubernetesAdapter();
+const NAME = 'passmower-operators';
+let leading = false, ticking = false;
+const log = (line) => fs.appendFileSync({state:?}, line + '\\n');
+setInterval(async () => {{
+  if (ticking) return;
+  ticking = true;
+  try {{
+    const lease = await adapter.getLease('ns', NAME);
+    if (lease.spec.holderIdentity === (process.env.POD_NAME || 'none')) {{
+      await adapter.replaceLease('ns', NAME, lease);
+      if (!leading) {{ leading = true; log('start ' + process.env.NAMESPACE_SELECTOR); }}
+    }} else if (leading) {{
+      leading = false;
+      if (fs.existsSync({hang:?})) await new Promise(() => {{}});
+      log('stop');
+    }}
+  }} catch (e) {{
+    log('error ' + e.message);
+  }} finally {{
+    ticking = false;
+  }}
+}}, 1000);
+",
+            state = state.display().to_string(),
+            hang = hang.display().to_string(),
+        ),
+    )
+    .expect("app.js");
+    main
+}
+
+fn acked(sb: &Sandbox, mode: &str, seq: u64) -> bool {
+    sb.ack()
+        .is_some_and(|a| a["mode"] == mode && a["seq"].as_u64() == Some(seq))
+}
+
+#[test]
+fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_killed() {
+    pme_testkit::needs_node();
+    let sb = Sandbox::new();
+    let main = mini_passmower(&sb);
+    let sv = Supervisor::start_env(
+        &sb,
+        &[("POD_NAME", "pod-a"), ("NAMESPACE_SELECTOR", "container")],
+        &[
+            "--on-change=lease-bridge",
+            "--leader-env",
+            "NAMESPACE_SELECTOR=real",
+            "--follower-env",
+            "NAMESPACE_SELECTOR=passmower-elector_idle",
+            "--kill-grace",
+            "3s",
+        ],
+        &["node", main.to_str().unwrap_or_default()],
+    );
+    let state = |sb: &Sandbox| sb.lines("state");
+    sb.write_grant(&follower(1, 1));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "follower", 1)),
+        "follower never acked"
+    );
+
+    sb.write_grant(&leader(1, 2, Duration::from_secs(100)));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "leader", 2)),
+        "leader never acked: {:?}",
+        state(&sb)
+    );
+    // The ack came after the election took the grant in, with the leader's selector.
+    assert_eq!(state(&sb), ["start real"]);
+    let pid = sv.mode()["child_pid"].as_i64().expect("pid");
+
+    sb.write_grant(&follower(1, 3));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "follower", 3)),
+        "demotion never acked: {:?}",
+        state(&sb)
+    );
+    assert_eq!(
+        state(&sb),
+        ["start real", "stop"],
+        "acked before the stand-down finished"
+    );
+    assert_eq!(sv.mode()["child_pid"].as_i64(), Some(pid), "restarted");
+
+    // A stand-down that never finishes: no ack, and the process is killed at the kill grace.
+    sb.write_grant(&leader(1, 4, Duration::from_secs(100)));
+    assert!(wait_until(LIMIT, POLL, || acked(&sb, "leader", 4)));
+    std::fs::write(sb.path("hang"), "").expect("hang");
+    sb.write_grant(&follower(1, 5));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !acked(&sb, "follower", 5),
+        "a demotion the app never took in was acked"
+    );
+    assert!(
+        wait_until(LIMIT, POLL, || sv
+            .log_contains("did not take the demotion in within the kill grace")),
+        "the hung process was not killed"
+    );
+    std::fs::remove_file(sb.path("hang")).expect("unhang");
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "follower", 5)),
+        "the restarted process's follower mode was never acked"
+    );
+    let new_pid = sv.mode()["child_pid"].as_i64();
+    assert!(new_pid.is_some() && new_pid != Some(pid), "{new_pid:?}");
+    let errors: Vec<String> = state(&sb)
+        .into_iter()
+        .filter(|l| l.starts_with("error"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "a Lease call reached the adapter: {errors:?}"
+    );
+}
