@@ -496,7 +496,11 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
     let a_pid = a.app_pid().expect("A's process");
     let mut a_ports = redis_client_ports(a_pid, bed.redis_port);
 
-    // Graceful handover: A's elector writes follower, awaits the ack, releases the Lease.
+    // Graceful handover: A's elector writes follower, awaits the ack, releases the Lease. A
+    // client created just before it puts a reconcile in flight in A's operators as the demotion
+    // lands: what of it reaches Redis after the ack is what an in-process stop leaves.
+    let before_race = Instant::now();
+    create_client(&admin, &ns, "client-race").await;
     let demoted = Instant::now();
     a.stop_elector();
     let a_ack = a
@@ -517,6 +521,10 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
         "B never acked leader:\n{}",
         b.app_log()
     );
+    assert!(
+        wait_reconciled(&admin, &ns, "client-race", RECONCILE_LIMIT).await,
+        "client-race, created as A was demoted, was never reconciled"
+    );
     create_client(&admin, &ns, "client-1").await;
     assert!(
         wait_reconciled(&admin, &ns, "client-1", RECONCILE_LIMIT).await,
@@ -535,6 +543,15 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
     a_ports.dedup();
 
     let leaked = monitor.client_writes(&a_ports, a_ack);
+    let a_race_writes = monitor
+        .client_writes(&a_ports, before_race)
+        .into_iter()
+        .filter(|l| l.contains("client-race"))
+        .count();
+    eprintln!(
+        "client-race: A wrote it to Redis {a_race_writes} times between its creation and the \
+         end of the run (0 means A's operators did not get to it before standing down)"
+    );
     eprintln!(
         "Redis MONITOR: {} oidc:Client:* lines in all; A's connections (ports {a_ports:?}) wrote \
          {} oidc:Client:* after A's ack: {leaked:#?}",
