@@ -620,9 +620,7 @@ impl Supervisor {
                 }
             }
         }
-        if !self.child.is_stopping()
-            && self.demoting_until().is_none()
-            && !self.bridge_holds_acks(now)
+        if !self.child.is_stopping() && self.demoting_until().is_none() && !self.bridge_holds_acks()
         {
             self.settle(now);
         }
@@ -649,16 +647,14 @@ impl Supervisor {
     }
 
     /// Whether acks must wait, with `--on-change=lease-bridge`: the running process has not yet
-    /// shown that its election follows the bridge, or has not taken the last grant in; or no
-    /// process runs while the grant says leader (nothing leads). Never at shutdown.
-    fn bridge_holds_acks(&self, now: BootInstant) -> bool {
-        if self.settings.bridge.is_none() || self.shutdown.is_some() {
+    /// shown that its election follows the bridge, or has not taken the last grant in. Never at
+    /// shutdown. With no process running (a crash's backoff) acks go as in the other modes, with
+    /// the failed leader starts the elector steps down on.
+    fn bridge_holds_acks(&self) -> bool {
+        if self.shutdown.is_some() || self.child.running().is_none() {
             return false;
         }
-        match (&self.bridge, self.child.running()) {
-            (Some(b), Some(_)) => b.tracker.waiting(),
-            _ => self.obedience.target(now) == Mode::Leader,
-        }
+        self.bridge.as_ref().is_some_and(|b| b.tracker.waiting())
     }
 
     /// When the running process's bridge must be looked at again (see [`Tracker::wake_at`]).

@@ -2,7 +2,10 @@
 //! first reconcile of an OIDCClient created while the pod followed, with a fresh leader
 //! instance and with a standby given the go; and the resident memory (after a 20 s idle window,
 //! in the last round) of the serving instance, a waiting standby and a leader instance. Against
-//! the real kube-apiserver and Redis.
+//! the real kube-apiserver and Redis. For a Passmower that elects itself (2.4: its adapter has
+//! `getLease`) the same rounds run a third time under `--on-change=lease-bridge` (one process,
+//! its own election answered from the grant). Each variant also reports the pod's memory: the
+//! RSS of every process in it (supervisor and app processes) as follower and as leader.
 //!
 //! ```sh
 //! PME_PASSMOWER_APP=$(scripts/build-passmower-app.sh | tail -n1) \
@@ -62,6 +65,48 @@ struct Figures {
     serving_mib: Vec<f64>,
     standby_mib: Vec<f64>,
     leader_mib: Vec<f64>,
+    /// Every process of the pod (the supervisor and its app processes), summed.
+    pod_follower_mib: Vec<f64>,
+    pod_leader_mib: Vec<f64>,
+}
+
+/// The RSS of the supervisor `supervisor` and every app process `GET /mode` names, summed.
+fn pod_mib(supervisor: i64, m: &serde_json::Value) -> Option<f64> {
+    let mut pids = vec![supervisor];
+    for pid in [
+        m["serving"]["pid"].as_i64(),
+        m["standby"]["pid"].as_i64(),
+        m["child_pid"].as_i64(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    pids.into_iter().map(rss_mib).sum()
+}
+
+/// How the pod runs Passmower.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// `--on-change=leader-instance`, the leader instance started afresh at each promotion.
+    Fresh,
+    /// The same with `--leader-standby`.
+    Standby,
+    /// `--on-change=lease-bridge`: one process, its own election answered from the grant.
+    Bridge,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Fresh => "fresh",
+            Variant::Standby => "standby",
+            Variant::Bridge => "bridge",
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +149,15 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
     let follower_selector = format!("NAMESPACE_SELECTOR={idle}");
     let secrets = Api::<Secret>::namespaced(admin.clone(), &ns.name);
     let mut report = Vec::new();
-    for standby in [false, true] {
+    let elects_itself = std::fs::read_to_string(app.join("src/adapters/kubernetes.js"))
+        .is_ok_and(|a| a.contains("getLease"));
+    let variants: &[Variant] = if elects_itself {
+        &[Variant::Fresh, Variant::Standby, Variant::Bridge]
+    } else {
+        &[Variant::Fresh, Variant::Standby]
+    };
+    for &variant in variants {
+        let standby = variant == Variant::Standby;
         let sb = Sandbox::new();
         let flag = sb.flag_file().to_string_lossy().into_owned();
         let port = free_port();
@@ -116,20 +169,21 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             &flag,
             "--listen",
             &listen,
-            "--on-change=leader-instance",
-            "--leader-port-map=*=0",
             "--leader-env",
             &leader_selector,
             "--follower-env",
             &follower_selector,
         ];
+        if variant == Variant::Bridge {
+            wrapper.push("--on-change=lease-bridge");
+        } else {
+            wrapper.extend(["--on-change=leader-instance", "--leader-port-map=*=0"]);
+        }
         if standby {
             wrapper.push("--leader-standby");
         }
         wrapper.push("--");
-        let log = dir
-            .path()
-            .join(if standby { "standby.log" } else { "fresh.log" });
+        let log = dir.path().join(format!("{}.log", variant.name()));
         let supervisor: Killed = start_passmower_as(
             &app,
             &pod.kubeconfig,
@@ -164,23 +218,32 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             let settle = Duration::from_secs(if last { 20 } else { 3 });
             tokio::time::sleep(settle).await;
             let m = mode(port);
-            if let (true, Some(pid)) = (last, m["serving"]["pid"].as_i64()) {
+            let serving = match variant {
+                Variant::Bridge => m["child_pid"].as_i64(),
+                _ => m["serving"]["pid"].as_i64(),
+            };
+            if let (true, Some(pid)) = (last, serving) {
                 figures.serving_mib.extend(rss_mib(pid));
+            }
+            if last {
+                figures
+                    .pod_follower_mib
+                    .extend(pod_mib(i64::from(supervisor.0.id()), &m));
             }
             if let (true, Some(pid)) = (last, m["standby"]["pid"].as_i64()) {
                 figures.standby_mib.extend(rss_mib(pid));
             }
-            let client = format!(
-                "bench-{}-{round}",
-                if standby { "standby" } else { "fresh" }
-            );
+            let client = format!("bench-{}-{round}", variant.name());
             create_client(&admin, &ns.name, &client).await;
             let secret = format!("oidc-client-{client}-owner-secrets");
             seq += 1;
             let grant = sb.sign(&leader(1, seq, Duration::from_secs(100)));
             let promoted = Instant::now();
-            let (status, body) = http(port, "POST", "/", &grant.to_json()).expect("push");
-            assert_eq!(status, 200, "{body}");
+            // The push is answered once the promotion took effect (with the lease bridge, once
+            // the app's election took it in), which can be after the first reconcile: the clock
+            // runs from the push, not from its answer.
+            let body = grant.to_json();
+            let push = std::thread::spawn(move || http(port, "POST", "/", &body));
             let mut reconciled = None;
             while promoted.elapsed() < Duration::from_secs(120) {
                 if secrets.get_opt(&secret).await.ok().flatten().is_some() {
@@ -189,6 +252,8 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            let (status, body) = push.join().expect("push thread").expect("push");
+            assert_eq!(status, 200, "{body}");
             let took = reconciled.unwrap_or_else(|| {
                 panic!(
                     "round {round}: not reconciled in 120s:\n{}",
@@ -198,14 +263,20 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             let m = mode(port);
             eprintln!(
                 "{} round {round}: promotion → Secret of {client} {:.0} ms (leader instance {})",
-                if standby { "standby" } else { "fresh" },
+                variant.name(),
                 took.as_secs_f64() * 1e3,
                 m["child_pid"]
             );
             figures.reconcile_ms.push(took.as_secs_f64() * 1e3);
             tokio::time::sleep(settle).await;
-            if let (true, Some(pid)) = (last, mode(port)["child_pid"].as_i64()) {
+            let m = mode(port);
+            if let (true, Some(pid)) = (last, m["child_pid"].as_i64()) {
                 figures.leader_mib.extend(rss_mib(pid));
+            }
+            if last {
+                figures
+                    .pod_leader_mib
+                    .extend(pod_mib(i64::from(supervisor.0.id()), &m));
             }
             seq += 1;
             let demotion = sb.sign(&follower(1, seq));
@@ -219,12 +290,14 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             matches!(supervisor.0.try_wait(), Ok(Some(_)))
         });
         report.push(format!(
-            "{:<8} promotion → first reconcile ms min/median/max {:>16}   RSS MiB serving {:>12}  standby {:>12}  leader instance {:>12}",
-            if standby { "standby" } else { "fresh" },
+            "{:<8} promotion → first reconcile ms min/median/max {:>16}   RSS MiB serving {:>12}  standby {:>12}  leader instance {:>12}  pod as follower {:>12}  pod as leader {:>12}",
+            variant.name(),
             stats(&mut figures.reconcile_ms),
             stats(&mut figures.serving_mib),
             stats(&mut figures.standby_mib),
             stats(&mut figures.leader_mib),
+            stats(&mut figures.pod_follower_mib),
+            stats(&mut figures.pod_leader_mib),
         ));
     }
     eprintln!(
