@@ -12,6 +12,9 @@
 //! give each process's tenure, which must never overlap. Upstream's Lease
 //! (`passmower-operators`) must never be created: no traffic for it reaches the apiserver.
 //!
+//! A second run freezes A's elector (SIGSTOP) instead: A's grant lapses, its supervisor demotes
+//! on its own, and the same checks hold against B, which can lead only after the lease duration.
+//!
 //! The pods share one network namespace here, so the port map's preload moves each process's
 //! fixed metrics port 9090 (as in `native_election.rs`); it loads after the bridge's.
 
@@ -581,5 +584,93 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
     assert!(
         upstream.is_none(),
         "{DEFAULT_NATIVE_LEASE} was created: the app's election reached the apiserver"
+    );
+}
+
+/// A fault, not a handover: A's elector freezes (SIGSTOP) while A leads, so A's grant lapses
+/// with nobody to say so. A's supervisor demotes on its own at the expiry, A's one process stands
+/// down in-process and its follower ack lands before B's elector can take the Lease (which waits
+/// the whole lease duration): A's "Lost" comes before B's "Acquired", a client created in the
+/// leaderless gap is reconciled by B, and A's connections write no `oidc:Client:*` after A's
+/// ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads() {
+    let Some(bed) = setup().await else {
+        return;
+    };
+    let _redis = start_redis(bed.redis_port);
+    let monitor = Monitor::start(bed.redis_port);
+    let admin = bed.cluster.admin_client().await;
+    let ns = bed.ns.name.clone();
+
+    let mut a = Pod::start(&bed, "passmower-a");
+    assert!(
+        a.wait_acked("leader", ACK_LIMIT).is_some(),
+        "pod A never acked leader:\n{}",
+        a.app_log()
+    );
+    let mut b = Pod::start(&bed, "passmower-b");
+    assert!(
+        b.wait_acked("follower", ACK_LIMIT).is_some(),
+        "pod B never acked follower:\n{}",
+        b.app_log()
+    );
+    let a_pid = a.app_pid().expect("A's process");
+    let mut a_ports = redis_client_ports(a_pid, bed.redis_port);
+
+    create_client(&admin, &ns, "client-race").await;
+    let frozen = Instant::now();
+    if let Some(e) = a.elector.as_mut() {
+        e.signal(Signal::SIGSTOP);
+    }
+    let a_ack = a
+        .wait_acked("follower", ACK_LIMIT)
+        .expect("A's supervisor never acked follower after its grant lapsed");
+    eprintln!(
+        "A acked follower {:.2}s after its elector froze (grant lapse R = 2s, then the app's \
+         election stood down)",
+        a_ack.duration_since(frozen).as_secs_f64()
+    );
+    assert_eq!(a.app_pid(), Some(a_pid), "A's process was restarted");
+    assert!(
+        b.wait_acked("leader", ACK_LIMIT).is_some(),
+        "B never led after A's elector froze:\n{}",
+        b.app_log()
+    );
+    create_client(&admin, &ns, "client-1").await;
+    assert!(
+        wait_reconciled(&admin, &ns, "client-1", RECONCILE_LIMIT).await,
+        "B did not reconcile client-1:\n{}",
+        b.app_log()
+    );
+    assert!(wait_reconciled(&admin, &ns, "client-race", RECONCILE_LIMIT).await);
+    a_ports.extend(redis_client_ports(a_pid, bed.redis_port));
+    a_ports.sort_unstable();
+    a_ports.dedup();
+    let leaked = monitor.client_writes(&a_ports, a_ack);
+    let a_race_writes = monitor
+        .client_writes(&a_ports, frozen)
+        .into_iter()
+        .filter(|l| l.contains("client-race"))
+        .count();
+    eprintln!(
+        "lapse: A wrote client-race to Redis {a_race_writes} times; A's connections (ports \
+         {a_ports:?}) wrote {} oidc:Client:* after A's ack: {leaked:#?}",
+        leaked.len()
+    );
+    let a_tenures = tenures(&a.app_log());
+    let b_tenures = tenures(&b.app_log());
+    eprintln!("A's tenures {a_tenures:?}; B's tenures {b_tenures:?}");
+    if let Some(e) = a.elector.as_mut() {
+        e.signal(Signal::SIGCONT);
+    }
+    b.terminate();
+    a.terminate();
+    assert!(leaked.is_empty(), "A wrote clients to Redis after its ack");
+    assert!(!a_tenures.is_empty() && !b_tenures.is_empty());
+    assert_eq!(
+        overlap(&a_tenures, &b_tenures),
+        None,
+        "both processes led at once"
     );
 }
