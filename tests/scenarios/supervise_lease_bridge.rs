@@ -255,3 +255,45 @@ fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_ki
         "a Lease call reached the adapter: {errors:?}"
     );
 }
+
+/// An adapter the preload can patch, but an election that never reads its Lease through it (a
+/// later version that reads it another way): nothing is acked, not even with a grant written,
+/// and the process is refused once the proof window has passed.
+#[test]
+fn an_app_that_never_reads_its_lease_through_the_bridge_is_refused_after_the_window() {
+    pme_testkit::needs_node();
+    let sb = Sandbox::new();
+    let src = sb.path("src");
+    std::fs::create_dir_all(src.join("adapters")).expect("src/adapters");
+    std::fs::write(
+        src.join("adapters/kubernetes.js"),
+        "export class KubernetesAdapter {
+  async getLease() {} async createLease() {} async replaceLease() {}
+}
+",
+    )
+    .expect("adapter");
+    let main = src.join("app.js");
+    std::fs::write(&main, "setInterval(() => {}, 1000);\n").expect("app.js");
+    let started = std::time::Instant::now();
+    sb.write_grant(&follower(1, 1));
+    let out = run(
+        &sb,
+        &["--on-change=lease-bridge"],
+        &["node", main.to_str().unwrap_or_default()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(30),
+        "refused before the window ended"
+    );
+    for needle in [
+        "does not go through the lease bridge",
+        "no read of its Lease came through the bridge within 30s",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    let ack = sb.ack().expect("ack file");
+    assert_eq!(ack["mode"], "stopped", "{ack}");
+}
