@@ -17,8 +17,8 @@ pub struct Status {
     pub child_pid: Option<i32>,
     /// Restarts after the child exited on its own.
     pub restarts: u64,
-    /// Whether a stop, or a demotion by signal, is in progress (pushes wait for it before they
-    /// are answered).
+    /// Whether a stop, a demotion by signal, or (`lease-bridge`) a grant the app's election has
+    /// not taken in yet is in progress (pushes wait for it before they are answered).
     pub transitioning: bool,
     /// CLOCK_BOOTTIME nanoseconds at which the leader grant lapses; 0 when not leader.
     pub expires_boottime_ns: u64,

@@ -1157,7 +1157,9 @@ impl Supervisor {
             on_change: self.settings.on_change.to_string(),
             serving: self.serving.as_ref().map(Serving::status),
             standby: self.standby.as_ref().map(Standby::status),
-            transitioning: self.child.is_stopping() || self.demoting_until().is_some(),
+            transitioning: self.child.is_stopping()
+                || self.demoting_until().is_some()
+                || self.bridge_holds_acks(),
             expires_boottime_ns: expiry.map(BootInstant::as_nanos).unwrap_or(0),
             expires_at: expiry.map(clock::rfc3339_of),
             incarnation: obeyed.map(|g| g.incarnation).unwrap_or(0),

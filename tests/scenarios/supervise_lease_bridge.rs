@@ -234,6 +234,11 @@ fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_ki
         !acked(&sb, "follower", 5),
         "a demotion the app never took in was acked"
     );
+    assert_eq!(
+        sv.mode()["transitioning"],
+        true,
+        "GET /mode does not show the demotion in progress"
+    );
     assert!(
         wait_until(LIMIT, POLL, || sv
             .log_contains("did not take the demotion in within the kill grace")),
