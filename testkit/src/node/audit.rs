@@ -55,6 +55,8 @@ impl Write {
 struct Event {
     stage: String,
     verb: String,
+    #[serde(default, rename = "requestURI")]
+    request_uri: String,
     user: User,
     #[serde(default)]
     source_i_ps: Vec<String>,
@@ -96,7 +98,8 @@ struct Status {
 }
 
 /// Every completed write in the log (lines that do not parse are skipped: the last one may
-/// be half-written while the apiserver runs).
+/// be half-written while the apiserver runs). Dry runs are left out: they store nothing (the
+/// elector's write-fence check is one).
 pub fn read(path: &Path) -> Vec<Write> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut writes = Vec::new();
@@ -104,7 +107,7 @@ pub fn read(path: &Path) -> Vec<Write> {
         let Ok(e) = serde_json::from_str::<Event>(line) else {
             continue;
         };
-        if e.stage != "ResponseComplete" {
+        if e.stage != "ResponseComplete" || is_dry_run(&e.request_uri) {
             continue;
         }
         let (Some(received_us), Some(completed_us)) = (
@@ -145,6 +148,15 @@ pub fn read(path: &Path) -> Vec<Write> {
     }
     writes.sort_by_key(|w| w.received_us);
     writes
+}
+
+/// Whether a request URI asks for a dry run (`dryRun=All`, the only value the API takes).
+fn is_dry_run(uri: &str) -> bool {
+    uri.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|kv| kv.split_once('=').is_some_and(|(k, _)| k == "dryRun"))
+    })
 }
 
 /// `2026-12-01T03:04:05.123456Z` → microseconds since the epoch (UTC only, as the apiserver
@@ -385,4 +397,23 @@ pub fn operator_writes_by_ip<'a>(
         by_ip.entry(w.source_ip.clone()).or_default().push(w);
     }
     by_ip
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dry_run_is_told_from_a_write_by_its_query() {
+        assert!(is_dry_run(
+            "/api/v1/namespaces/auth/secrets?dryRun=All&fieldManager=passmower-elector-fence-check"
+        ));
+        assert!(is_dry_run(
+            "/api/v1/namespaces/auth/secrets?fieldManager=x&dryRun=All"
+        ));
+        assert!(!is_dry_run("/api/v1/namespaces/auth/secrets"));
+        assert!(!is_dry_run(
+            "/api/v1/namespaces/auth/secrets?fieldManager=dryRun"
+        ));
+    }
 }
