@@ -1737,6 +1737,25 @@ async fn demo_handover() {
     }
     let tenures = assert_single_writer(node, &install);
     say(&format!(
+        "passmower-elector status -n {} --deployment {}: what an operator sees now",
+        install.namespace,
+        passmower::NAME
+    ));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
+        .arg("status")
+        .args(["-n", &install.namespace, "--deployment", passmower::NAME])
+        .env_clear()
+        .env("KUBECONFIG", node.admin_kubeconfig())
+        .output()
+        .expect("run status");
+    print!("{}", String::from_utf8_lossy(&status.stdout));
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "status after the demo: no working leader?\n{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    say(&format!(
         "done: {} leadership tenures in the audit log, none overlapping; the node is torn down now",
         tenures.len()
     ));
