@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Passmower 2.4 on real pods, the same faults under three elections, one run:
-#   upstream    Passmower's own election alone (no inject; the test adds what upstream's 2.4
-#               chart has and this tree's chart lacks: Lease RBAC, POD_NAME, LEADER_ELECTION_ENABLED=true)
+# Passmower 2.4 on real pods, the same faults under four setups, one run:
+#   upstream    Passmower's own election alone, as shipped (no inject; the test adds what upstream's
+#               2.4 chart has and this tree's chart lacks: Lease RBAC, POD_NAME,
+#               LEADER_ELECTION_ENABLED=true). The image's shell-form command leaves /bin/sh as
+#               PID 1, which drops the kubelet's SIGTERM: Passmower never releases its Lease.
+#   upstream-sigterm  the same with the app's command in exec form (node --no-warnings
+#               src/app.js): node is PID 1, gets the SIGTERM and releases the Lease on a stop
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
 # Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
@@ -23,7 +27,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 generation=2.4
 generation_tree "$generation" >/dev/null
 faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart,partition,renew-hang,clock-skew}"
-read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream fence-only ours}"
+read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream upstream-sigterm fence-only ours}"
 rounds="${PME_SIDE_BY_SIDE_ROUNDS:-3}"
 if ! [[ "$rounds" =~ ^[1-9][0-9]?$ ]]; then
   echo "side-by-side.sh: PME_SIDE_BY_SIDE_ROUNDS: '$rounds' is not a number of rounds (allowed: 1 to 99)" >&2
@@ -39,8 +43,8 @@ status=0
 reports=()
 for mode in "${modes[@]}"; do
   case "$mode" in
-    upstream | fence-only | ours) ;;
-    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream fence-only ours)" >&2; exit 2 ;;
+    upstream | upstream-sigterm | fence-only | ours) ;;
+    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours)" >&2; exit 2 ;;
   esac
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
