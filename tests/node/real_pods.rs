@@ -1337,6 +1337,10 @@ struct WhoWrote {
     after_release_max_ms: Option<f64>,
     /// The pod-freeze fault's thawed pod.
     thaw: Option<ThawSeen>,
+    /// The round's OIDCClient's creation (ms after the fault), and the releases of the Lease
+    /// in the round (pod, ms after the fault).
+    client_created_ms: Option<i64>,
+    releases: Vec<String>,
 }
 
 /// What the thaw's excuse hides: how long after the SIGCONT the thawed pod was still seen
@@ -1351,7 +1355,14 @@ struct ThawSeen {
 impl WhoWrote {
     fn report(&self, name: &str) {
         report(&format!(
-            "{name}: first writer {} ({}, {}); new holder's first operator write: {}",
+            "{name}: client created at {} ms; Lease released by {}; first writer {} ({}, {}); new holder's first operator write: {}",
+            self.client_created_ms
+                .map_or("?".into(), |c| format!("{c:+}")),
+            if self.releases.is_empty() {
+                "nobody".into()
+            } else {
+                self.releases.join(", ")
+            },
             self.first_writer.as_deref().unwrap_or("none"),
             match self.first_held {
                 Some(true) => "holding the Lease",
@@ -1419,12 +1430,15 @@ fn who_wrote(
     };
     let describe = |w: &OpWrite, at: i64, since: &str| {
         format!(
-            "{} {} from {} at +{} ms {since}",
+            "{} {}{} from {} at +{} ms {since}",
             match w.store {
                 Store::Api => "api",
                 Store::Redis => "redis",
             },
             w.what,
+            w.code
+                .filter(|_| !w.admitted)
+                .map_or(String::new(), |c| format!(" (answered {c})")),
             writer(w),
             (w.t_us - at) / 1000
         )
@@ -1466,7 +1480,26 @@ fn who_wrote(
             refused: list(false),
         }
     });
+    // The timeline the first writer depends on: when the round's client was created and when
+    // a holder released the Lease, relative to the fault.
+    let created = writes
+        .iter()
+        .find(|w| {
+            w.verb == "create"
+                && w.resource == "oidcclients"
+                && w.name == client
+                && w.succeeded()
+                && w.user != install.user()
+        })
+        .map(|w| (w.received_us - t_fault) / 1000);
+    let releases = holders
+        .releases(t_begin, t_steady)
+        .into_iter()
+        .map(|(t, ip)| format!("{} at {:+} ms", pod(ip), (t - t_fault) / 1000))
+        .collect();
     WhoWrote {
+        client_created_ms: created,
+        releases,
         first_writer: first_seen.then(|| first_name.unwrap_or_else(|| pod(&first_ip))),
         first_held: first_seen.then(|| holders.at(first_at) == Some(first_ip.as_str())),
         first_old: first_seen.then(|| first_ip == old_ip),

@@ -28,6 +28,8 @@ pub struct OpWrite {
     pub what: String,
     /// The store took it: a 2xx from the apiserver; Redis takes everything.
     pub admitted: bool,
+    /// The apiserver's answer (`None` for Redis).
+    pub code: Option<i32>,
 }
 
 /// The operator writes in `[from_us, to_us]`: the apiserver's by `user` (admitted or not; dry
@@ -57,6 +59,7 @@ pub fn operator_writes(
                 w.subresource
             ),
             admitted: w.succeeded(),
+            code: Some(w.code),
         })
         .collect();
     out.extend(
@@ -70,6 +73,7 @@ pub fn operator_writes(
                 port: Some(m.port),
                 what: format!("{} {}", m.command, m.key()),
                 admitted: true,
+                code: None,
             }),
     );
     out.sort_by_key(|w| w.t_us);
