@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The side-by-side leader-election benchmark, in one command: builds the peers
-# (scripts/build-bench-peers.sh), our release binary and the control plane (cached), then runs
-# the #[ignore]d test tests/bench/bench_election.rs, which writes docs/results/benchmarks.md and
-# docs/results/handover.svg (generated: command, date and machine in the file; never edit
-# it). Takes about a quarter of an hour once everything is built; never run by CI.
+# The side-by-side benchmarks, in one command: builds the peers (scripts/build-bench-peers.sh),
+# our release binary and the control plane (cached), then runs the #[ignore]d tests
+#   election     tests/bench/bench_election.rs: docs/results/benchmarks.md and handover.svg
+#   supervisors  tests/bench/supervisor_peers.rs: docs/results/supervisor-peers.md
+#                (`supervise` + `elect` beside LINBIT's k8s-await-election)
+# (generated: command, date and machine in each file; never edit them). Takes about half an
+# hour once everything is built; never run by CI. PME_BENCH_SUITES picks suites (both by default).
 #
 #   scripts/bench.sh
+#   PME_BENCH_SUITES=supervisors PME_BENCH_SUPERVISOR_ROUNDS=5 scripts/bench.sh
 #   PME_BENCH_HANDOVER_ROUNDS=5 PME_BENCH_CRASH_ROUNDS=1 PME_BENCH_ONLY=ours,cgo \
 #     PME_BENCH_OUT=/tmp/bench scripts/bench.sh     # a quick look, not for the docs
 #   PME_PASSMOWER_GENERATIONS="1.3 2.2 2.4" scripts/bench.sh   # the real Passmower instead
@@ -39,4 +42,14 @@ BENCH_RUSTC_VERSION="$(rustc --version)"
 BENCH_GIT_REV="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 export BENCH_DATE BENCH_RUSTC_VERSION BENCH_GIT_REV
 
-exec cargo test --locked --test bench -- --ignored --exact bench_election::side_by_side --nocapture
+for suite in ${PME_BENCH_SUITES:-election supervisors}; do
+  case "$suite" in
+    election) test=bench_election::side_by_side ;;
+    supervisors) test=supervisor_peers::supervisor_peers ;;
+    *)
+      echo "bench.sh: PME_BENCH_SUITES: unknown suite '$suite' (election, supervisors)" >&2
+      exit 2
+      ;;
+  esac
+  cargo test --locked --test bench -- --ignored --exact "$test" --nocapture
+done

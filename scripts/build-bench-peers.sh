@@ -4,15 +4,25 @@
 #   client-go-peer             bench/peers/client-go (k8s.io/client-go/tools/leaderelection)
 #   kube-lease-manager-peer    bench/peers/rust/kube-lease-manager-peer
 #   kube-leader-election-peer  bench/peers/rust/kube-leader-election-peer
-# The Go peer is built from the Go module proxy in a scratch copy; the Rust peers are separate
-# cargo projects (their own lock files) with their own target dir under the cache.
+#   k8s-await-election         LINBIT's github.com/linbit/k8s-await-election, unmodified (the
+#                              supervisor peer: it runs an app only while it holds the Lease)
+# The Go peers are built from the Go module proxy in a scratch module; the Rust peers are
+# separate cargo projects (their own lock files) with their own target dir under the cache.
+# k8s-await-election is a main package: `go get` of the pinned version into a scratch module,
+# then `go build` of it. Where the proxy refuses that module, PME_AWAIT_ELECTION_GIT may name a
+# clone of github.com/LINBIT/k8s-await-election: the pinned tag is exported from it into a
+# scratch directory and built there with its own go.mod (nothing is copied into this repo).
 #
-# Prints a directory on its last stdout line: the three binaries (stripped) and versions.env.
-# Never run by CI or scripts/test.sh. Environment: CLIENT_GO_VERSION, PME_CACHE.
+# Prints a directory on its last stdout line: the four binaries (stripped) and versions.env.
+# Never run by CI or scripts/test.sh. Environment: CLIENT_GO_VERSION, AWAIT_ELECTION_VERSION,
+# PME_AWAIT_ELECTION_GIT, PME_CACHE.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 CLIENT_GO_VERSION="${CLIENT_GO_VERSION:-v0.37.2}"
+# The newest tag (v0.4.2, 2023); check for a newer one with
+# `go mod download -json github.com/linbit/k8s-await-election@vX.Y.Z`.
+AWAIT_ELECTION_VERSION="${AWAIT_ELECTION_VERSION:-v0.4.2}"
 CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}/bench-peers"
 # One build per cache at a time: another (CI beside a test run, two test binaries) would write
 # the same files, and a cached result is only trusted once its builder has finished.
@@ -53,6 +63,43 @@ build_client_go() {
   echo "GO_VERSION=$(go env GOVERSION)" >>"$OUT/versions.env.tmp"
 }
 
+# --- k8s-await-election --------------------------------------------------------------------
+build_await_election() {
+  local module=github.com/linbit/k8s-await-election
+  local key dir
+  key="k8s-await-election-${AWAIT_ELECTION_VERSION}-$(go env GOVERSION)"
+  dir="$CACHE/$key"
+  if [[ ! -x "$dir/k8s-await-election" ]]; then
+    command -v go >/dev/null || { log "go is required"; exit 1; }
+    log "building k8s-await-election ${AWAIT_ELECTION_VERSION}"
+    local work ldflags
+    work="$(mktemp -d)"
+    ldflags="-s -w -X main.Version=${AWAIT_ELECTION_VERSION}"
+    mkdir -p "$dir"
+    (
+      cd "$work"
+      local go=(env GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 go)
+      "${go[@]}" mod init bench/await-election >/dev/null 2>&1
+      if "${go[@]}" get "${module}@${AWAIT_ELECTION_VERSION}" >&2; then
+        "${go[@]}" build -trimpath -ldflags "$ldflags" -o "$dir/k8s-await-election.tmp" "$module"
+      elif [[ -n "${PME_AWAIT_ELECTION_GIT:-}" ]]; then
+        log "the module proxy refused ${module}@${AWAIT_ELECTION_VERSION}; building the tag from $PME_AWAIT_ELECTION_GIT"
+        mkdir src
+        git -C "$PME_AWAIT_ELECTION_GIT" archive "refs/tags/${AWAIT_ELECTION_VERSION}" | tar -x -C src
+        cd src
+        "${go[@]}" build -trimpath -ldflags "$ldflags" -o "$dir/k8s-await-election.tmp" .
+      else
+        log "cannot fetch ${module}@${AWAIT_ELECTION_VERSION}: set PME_AWAIT_ELECTION_GIT to a clone of github.com/LINBIT/k8s-await-election"
+        exit 1
+      fi
+    )
+    mv "$dir/k8s-await-election.tmp" "$dir/k8s-await-election"
+    rm -rf "$work"
+  fi
+  cp "$dir/k8s-await-election" "$OUT/k8s-await-election"
+  echo "AWAIT_ELECTION_VERSION=${AWAIT_ELECTION_VERSION}" >>"$OUT/versions.env.tmp"
+}
+
 # --- Rust peers --------------------------------------------------------------------------
 # crate_version PROJECT CRATE: the version its lock file resolved.
 crate_version() {
@@ -86,6 +133,7 @@ build_rust_peer() {
 
 rm -f "$OUT/versions.env.tmp"
 build_client_go
+build_await_election
 build_rust_peer kube-lease-manager-peer kube-lease-manager
 build_rust_peer kube-leader-election-peer kube-leader-election
 mv "$OUT/versions.env.tmp" "$OUT/versions.env"

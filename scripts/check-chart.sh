@@ -55,6 +55,11 @@ refuse() {
   fi
 }
 refuse "a missing image" "image.repository is required"
+# With the webhook the chart names no image (the webhook chart does): none is required.
+if ! "$helm" template passmower-elector "$chart" -n auth --set injectedBy=webhook >/dev/null; then
+  echo "check-chart: injectedBy=webhook without image.repository was refused" >&2
+  exit 1
+fi
 refuse "the released repository's latest" "version tags only" --set image.repository=ghcr.io/passmower/passmower-elector,image.tag=latest
 refuse "an image.digest that is no sha256 digest" "image.digest" "${image[@]}" --set image.digest=sha256:00
 # A digest pins the image: REPOSITORY:TAG@DIGEST (a released chart sets all three).

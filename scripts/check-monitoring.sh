@@ -41,6 +41,17 @@ grep -q 'policy="passmower-elector-fence.auth.passmower"' "$scratch/elector.rule
    $(grep -v '^ *#' charts/passmower-elector/files/passmower-elector.rules.yaml | grep -o 'namespace=~".\*"' | wc -l) ]] \
   || fail "not every namespace matcher of the chart's rules is narrowed to namespace auth"
 
+# Without the chart's fence the electors' check can only say "missing": that alert goes, the
+# others stay.
+"$helm" template passmower-elector charts/passmower-elector -n auth "${image[@]}" --set fence.enabled=false \
+  --set prometheusRule.enabled=true --show-only templates/prometheusrule.yaml >"$scratch/unfenced-rule.yaml"
+spec_of "$scratch/unfenced-rule.yaml" >"$scratch/unfenced.rules.yaml"
+"$promtool" check rules "$scratch/unfenced.rules.yaml"
+! grep -q 'alert: PassmowerWriteFenceMissing' "$scratch/unfenced.rules.yaml" \
+  || fail "with fence.enabled=false the chart still alerts on a missing fence"
+[[ $(grep -c '^ *- alert:' "$scratch/unfenced.rules.yaml") -eq $(( $(grep -c '^ *- alert:' "$scratch/elector.rules.yaml") - 1 )) ]] \
+  || fail "with fence.enabled=false the chart dropped more than the missing-fence alert"
+
 "$helm" template pmw charts/passmower-elector-webhook -n passmower-elector-system "${image[@]}" \
   --set prometheusRule.enabled=true --show-only templates/prometheusrule.yaml >"$scratch/webhook-rule.yaml"
 spec_of "$scratch/webhook-rule.yaml" >"$scratch/webhook.rules.yaml"

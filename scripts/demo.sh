@@ -16,11 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--node" ]]; then
   last() { "$@" | tail -n 1; }
+  # Cold, the builds below take minutes: say so, and let cargo show its progress.
+  echo "demo --node: building (cached after the first run): control plane, node, images, helm, then the test kit" >&2
   export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(last scripts/build-test-cluster.sh)}"
   export PME_NODE_BIN="${PME_NODE_BIN:-$(last scripts/build-node.sh)}"
   export PME_NODE_IMAGES="${PME_NODE_IMAGES:-$(last scripts/build-node-images.sh)}"
   export PME_HELM3="${PME_HELM3:-$(last scripts/build-helm.sh)}"
-  exec cargo test --quiet --features real-pods --test node real_pods::demo_handover -- --ignored --nocapture
+  exec cargo test --features real-pods --test node real_pods::demo_handover -- --ignored --nocapture
 fi
 ROOT="$PWD"
 DEMO="$ROOT/.demo"
@@ -29,8 +31,8 @@ TIMING=(--lease-duration 6s --renew-deadline 3s --retry-period 1s --kill-grace 1
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "building passmower-elector (release) and the control plane (cached after the first run)"
-cargo build --release --quiet
+say "building passmower-elector (release) and the control plane (minutes the first time, cached after)"
+cargo build --release
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/passmower-elector"
 # shellcheck source=scripts/control-plane.sh
 source "$ROOT/scripts/control-plane.sh"

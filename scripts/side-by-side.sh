@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Passmower 2.4 on real pods, the same faults under three elections, one run:
-#   upstream    Passmower's own election alone (no inject; the test adds what upstream's 2.4
-#               chart has and this tree's chart lacks: Lease RBAC, POD_NAME, LEADER_ELECTION_ENABLED=true)
+# Passmower 2.4 on real pods, the same faults under four setups, one run:
+#   upstream    Passmower's own election alone, as shipped (no inject; the test adds what upstream's
+#               2.4 chart has and this tree's chart lacks: Lease RBAC, POD_NAME,
+#               LEADER_ELECTION_ENABLED=true). The image's shell-form command leaves /bin/sh as
+#               PID 1, which drops the kubelet's SIGTERM: Passmower never releases its Lease.
+#   upstream-sigterm  the same with the app's command in exec form (node --no-warnings
+#               src/app.js): node is PID 1, gets the SIGTERM and releases the Lease on a stop
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
 # Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
@@ -23,7 +27,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 generation=2.4
 generation_tree "$generation" >/dev/null
 faults="${PME_SIDE_BY_SIDE_FAULTS:-rollout-restart,delete-leader,app-crash,pod-freeze,apiserver-restart,partition,renew-hang,clock-skew}"
-read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream fence-only ours}"
+read -r -a modes <<<"${PME_SIDE_BY_SIDE_MODES:-upstream upstream-sigterm fence-only ours}"
 rounds="${PME_SIDE_BY_SIDE_ROUNDS:-3}"
 if ! [[ "$rounds" =~ ^[1-9][0-9]?$ ]]; then
   echo "side-by-side.sh: PME_SIDE_BY_SIDE_ROUNDS: '$rounds' is not a number of rounds (allowed: 1 to 99)" >&2
@@ -39,8 +43,8 @@ status=0
 reports=()
 for mode in "${modes[@]}"; do
   case "$mode" in
-    upstream | fence-only | ours) ;;
-    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream fence-only ours)" >&2; exit 2 ;;
+    upstream | upstream-sigterm | fence-only | ours) ;;
+    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours)" >&2; exit 2 ;;
   esac
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
@@ -53,7 +57,7 @@ done
 
 mkdir -p "$(dirname "$results")"
 {
-  echo "# Side by side: Passmower 2.4's own election, with our fence, and ours"
+  echo "# Side by side: Passmower 2.4's own election (as shipped, and with SIGTERM delivered), with our fence, and ours"
   echo
   results_var=""
   [[ "$results" == docs/results/side-by-side.md ]] || results_var=" PME_SIDE_BY_SIDE_RESULTS=$results"
@@ -96,14 +100,20 @@ for path in sys.argv[1:]:
         if kv["fault"] not in order:
             order.append(kv["fault"])
         rows.setdefault((kv["fault"], kv["mode"]), []).append(kv)
-modes = ["upstream", "fence-only", "ours"]
+# The modes that ran, in this order.
+modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours"] if any(mm == m for (_, mm) in rows)]
+# The verdict's anchor: upstream's election at its best (SIGTERM delivered) when it ran.
+anchor = "upstream-sigterm" if any(m == "upstream-sigterm" for (_, m) in rows) else "upstream"
+def get(r, key):
+    # Reports written before a column existed lack it.
+    return r.get(key, "-")
 def num(v):
     try:
         return float(v)
     except (TypeError, ValueError):
         return None
 def nums(rs, key):
-    return [x for x in (num(r[key]) for r in rs) if x is not None]
+    return [x for x in (num(r.get(key)) for r in rs) if x is not None]
 def median(rs, key):
     xs = nums(rs, key)
     return statistics.median(xs) if xs else None
@@ -136,15 +146,19 @@ INF = float("inf")
 def ranked(rs, key):
     # Every round, one that never got a value (never reconciled) ranked last, as the longest:
     # dropping it would let a mode that fails to reconcile look faster.
-    return [INF if num(r[key]) is None else num(r[key]) for r in rs]
-def gap(rs):
-    xs = sorted(nums(rs, "gap_ms"))
+    return [INF if num(r.get(key)) is None else num(r.get(key)) for r in rs]
+def gap(rs, key="gap_ms"):
+    if all(key not in r for r in rs):
+        return "-"
+    xs = sorted(nums(rs, key))
     none = len(rs) - len(xs)
     if not xs:
         return "none"
     text = f"{statistics.median(xs):.0f}" if len(xs) == 1 else f"{statistics.median(xs):.0f} ({xs[0]:.0f}–{xs[-1]:.0f})"
     return text + (f", {none} none" if none else "")
-print("| fault | election | rounds | two pods running operators, worst round (ms) | admitted operator writes from a non-holder, all rounds | gap to first reconcile, median (min–max) ms | longest with no operator, median (ms) | failed requests, all rounds: pods that stay up / all pods / Service | Lease writes per minute, median |")
+def redis_total(rs):
+    return "-" if all("non_holder_redis" not in r for r in rs) else str(total(rs, "non_holder_redis"))
+print("| fault | election | rounds | two pods running operators, worst round (ms) | admitted operator writes from a non-holder, all rounds: apiserver / Redis | gap to first reconcile, median (min–max) ms | longest with no operator, median (ms) | failed requests, all rounds: pods that stay up / all pods / Service | Lease writes per minute, median |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for fault in order:
     for mode in modes:
@@ -152,9 +166,50 @@ for fault in order:
         if not rs:
             print(f"| {fault} | {mode} | not run | | | | | | |")
             continue
-        print(f"| {fault} | {mode} | {len(rs)} | {worst(rs, 'two_operators_ms'):.0f} | {total(rs, 'non_holder_writes')} | {gap(rs)} | {median(rs, 'no_operator_ms'):.0f} | {total(rs, 'failed_stay_up')} / {total(rs, 'failed_pods')} / {total(rs, 'failed_service')} | {median(rs, 'lease_writes_per_min'):.1f} |")
+        print(f"| {fault} | {mode} | {len(rs)} | {worst(rs, 'two_operators_ms'):.0f} | {total(rs, 'non_holder_writes')} / {redis_total(rs)} | {gap(rs)} | {median(rs, 'no_operator_ms'):.0f} | {total(rs, 'failed_stay_up')} / {total(rs, 'failed_pods')} / {total(rs, 'failed_service')} | {median(rs, 'lease_writes_per_min'):.1f} |")
 print()
-print("Goal, checked per fault against upstream's election alone: ours has no two-writer time (no")
+print("Who wrote first after each fault, and what the counts above hide. First writer: the pod that")
+print("first wrote the OIDCClient created right after the fault (apiserver or Redis), per round: the")
+print("leader the fault hit while the Lease still named it, the same after it no longer did, or")
+print("another pod. Handover: the fault to the first operator write of the first other pod the Lease")
+print("named after it (the same pod restarted when none did), made while the Lease named it.")
+print("No operator: the longest sampled stretch with no pod running operators, from and to (ms after")
+print("the fault; negative: it began before). After release: admitted operator writes a pod sent")
+print("after it released the Lease itself, and the longest delay. Thaw (pod-freeze): how long after")
+print("the SIGCONT the thawed pod was still seen running operators (the sampler excuses it for the")
+print("kill grace), and its writes the stores admitted from then on.")
+print()
+print("| fault | election | first writer: hit leader holding / hit leader not holding / another pod | handover to the new holder's first write, median (min–max) ms | no operator, median from → to (ms) | writes after own release, all rounds (longest delay ms) | thaw: operating after SIGCONT, worst (ms) / admitted writes |")
+print("|---|---|---:|---:|---:|---:|---:|")
+def firsts(rs):
+    if all("first_writer_old_leader" not in r for r in rs):
+        return "-"
+    old_held = sum(1 for r in rs if get(r, "first_writer_old_leader") == "true" and get(r, "first_writer_held") == "true")
+    old_not = sum(1 for r in rs if get(r, "first_writer_old_leader") == "true" and get(r, "first_writer_held") == "false")
+    other = sum(1 for r in rs if get(r, "first_writer_old_leader") == "false")
+    return f"{old_held} / {old_not} / {other}"
+def stretch(rs):
+    f, t = median(rs, "no_operator_from_ms"), median(rs, "no_operator_to_ms")
+    return "-" if f is None or t is None else f"{f:.0f} → {t:.0f}"
+def released(rs):
+    if all("after_release" not in r for r in rs):
+        return "-"
+    worst_ms = max(nums(rs, "after_release_max_ms"), default=None)
+    return f"{total(rs, 'after_release')}" + (f" ({worst_ms:.0f})" if worst_ms is not None else "")
+def thaw(rs):
+    if all(get(r, "thaw_writes_admitted") == "-" for r in rs):
+        return "-"
+    alive = nums(rs, "thaw_operating_ms")
+    seen = f"{max(alive):.0f}" if alive else "never seen"
+    return f"{seen} / {total(rs, 'thaw_writes_admitted')}"
+for fault in order:
+    for mode in modes:
+        rs = rows.get((fault, mode))
+        if not rs:
+            continue
+        print(f"| {fault} | {mode} | {firsts(rs)} | {gap(rs, 'handover_ms')} | {stretch(rs)} | {released(rs)} | {thaw(rs)} |")
+print()
+print(f"Goal, checked per fault against upstream's election ({anchor}): ours has no two-writer time (no")
 print("two pods running operators, no admitted write from a non-holder, in any round) where upstream")
 print("shows any, a median gap no longer than upstream's, and no failed request on pods that stay up.")
 print("A median above upstream's is called even when the rounds cannot show that ours is longer: a")
@@ -163,14 +218,14 @@ print("half; a round that never reconciled ranks last) gives p >= 0.05 for \"our
 print("p < 0.05 it is NO, and so it is when the rounds cannot decide (fewer than two a side, or too")
 print("many splits to enumerate).")
 print()
-print("| fault | upstream two-writer | ours two-writer | ours median gap ≤ upstream's | ours: failed on pods that stay up |")
+print(f"| fault | {anchor} two-writer | ours two-writer | ours median gap ≤ {anchor}'s | ours: failed on pods that stay up |")
 print("|---|---|---|---|---:|")
 for fault in order:
-    u, o = rows.get((fault, "upstream")), rows.get((fault, "ours"))
+    u, o = rows.get((fault, anchor)), rows.get((fault, "ours"))
     if not u or not o:
         print(f"| {fault} | {'not run' if not u else ''} | {'not run' if not o else ''} | | |")
         continue
-    tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes"
+    tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes, Redis {redis_total(rs)}"
     ox, ux = ranked(o, "gap_ms"), ranked(u, "gap_ms")
     og, ug = statistics.median(ox), statistics.median(ux)
     ms = lambda v: "none" if v == INF else f"{v:.0f}"
@@ -193,9 +248,12 @@ print()
 print("Columns: two pods running operators = sampled every ~100-600 ms from the processes (ours: the")
 print("Passmower process with the real NAMESPACE_SELECTOR; upstream and fence-only: a live Passmower")
 print("whose log last said \"Acquired the operator lease\"), a stopped (frozen) process counting as")
-print("running nothing. Admitted non-holder writes = operator writes (codemowers.cloud but OIDCUsers, Secrets, Pods)")
-print("the apiserver admitted from a pod the Lease (ours: passmower; upstream's: passmower-operators)")
-print("did not name at that instant, from its audit log. Gap = fault to the first operator write for an")
+print("running nothing. Admitted non-holder writes = operator writes (codemowers.cloud but OIDCUsers,")
+print("Secrets, Pods, Jobs, Traefik middlewares; dry runs are none) the apiserver admitted from a pod")
+print("the Lease (ours: passmower; upstream's: passmower-operators) did not name at that instant, from")
+print("its audit log; Redis: writes to the operators' keys (oidc:Client:* and their oidc:Clients:*")
+print("entries but the built-in client's, oidc:OIDCUserEventHookState:*) from such a pod, from")
+print("MONITOR by client address. Gap = fault to the first operator write for an")
 print("OIDCClient created right after the fault (\"none\": not reconciled in 240 s); a frozen, cut-off or")
 print("hung leader is hit right after its renew of the Lease was seen, so every election's takeover")
 print("starts from the same point of its renew cycle. Lease writes = write requests to Leases by")

@@ -6,7 +6,7 @@
 #   scripts/test.sh                                   # everything
 #   scripts/test.sh --test api -- control_plane:: --nocapture
 #
-# Extra arguments go to `cargo test --all-targets`. Set PME_CONTROL_PLANE to a directory with
+# Extra arguments go to `cargo test` (with `--all-targets` unless they choose targets). Set PME_CONTROL_PLANE to a directory with
 # `kube-apiserver` and `etcd` to use those instead of building, and PME_PASSMOWER_APP to an
 # npm-installed Passmower tree (scripts/build-passmower-app.sh makes and caches one).
 set -euo pipefail
@@ -40,4 +40,14 @@ export PME_PASSMOWER_APP_24
 # `cargo test` compiles the examples but does not leave them at target/<profile>/examples/NAME,
 # where tests/scenarios/consumer_example.rs runs the reference consumer from.
 cargo build --examples --quiet
-exec cargo test --all-targets "$@"
+# Every target unless the arguments choose some (`--test NAME`, `--lib`, ...): cargo runs the
+# union of `--all-targets` and any target flag, so adding it would run everything anyway.
+targets=(--all-targets)
+for arg in "$@"; do
+  [[ "$arg" == -- ]] && break
+  case "$arg" in
+    --test | --test=* | --lib | --bin | --bin=* | --bins | --example | --example=* | --examples | \
+      --bench | --bench=* | --benches | --tests | --doc) targets=() ;;
+  esac
+done
+exec cargo test "${targets[@]}" "$@"

@@ -11,6 +11,7 @@ pub enum LogFormat {
 }
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Logging (every command)")]
 pub struct LogArgs {
     /// Log format: `text` or `json` (one object per line).
     #[arg(

@@ -47,6 +47,9 @@ pub struct Metrics {
     /// a row, and its failed probes of that endpoint, likewise from its signed acks.
     pub leader_app_unhealthy: Family<Vec<(&'static str, &'static str)>, Counter>,
     pub leader_app_health_probe_failures: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// 1 for the write fence's state as this pod's checks last found it (see
+    /// [`super::fence_check`]), 0 for the others.
+    pub write_fence: Family<Vec<(&'static str, &'static str)>, Gauge>,
 }
 
 impl Metrics {
@@ -69,6 +72,7 @@ impl Metrics {
             leader_app_crashes: Family::default(),
             leader_app_unhealthy: Family::default(),
             leader_app_health_probe_failures: Family::default(),
+            write_fence: Family::default(),
         };
         // Every cause from the start, so a rule over the counter sees a series at 0.
         for cause in HandoverCause::ALL {
@@ -134,6 +138,11 @@ impl Metrics {
             "leader_app_health_probe_failures",
             "Probes of the leader instance's health endpoint (supervise --leader-health-url) that got no 2xx answer in time, since this pod's supervisor started, from its signed acks",
             m.leader_app_health_probe_failures.clone(),
+        );
+        registry.register(
+            "write_fence",
+            "1 for the write fence's state as this pod's dry-run checks last found it: active (a follower's write was refused by the fence of this install's Lease), missing (a follower's write was admitted while another pod held the Lease), foreign (a fence of another Lease refuses this ServiceAccount's writes), unknown (no check could tell yet: this pod has only led, or the dry run was not allowed)",
+            m.write_fence.clone(),
         );
         registry.register_collector(Box::new(GrantView(status)));
         (m, registry)

@@ -4,6 +4,7 @@
 
 pub mod consumer;
 pub mod events;
+pub mod fence_check;
 pub mod leader_app;
 pub mod lease_api;
 pub mod metrics;

@@ -88,6 +88,38 @@ pub struct ElectArgs {
     #[arg(long, env = "ELECTOR_LEADER_APP_METRICS_PORT", value_name = "PORT",
         value_parser = clap::value_parser!(u16).range(1..))]
     pub leader_app_metrics_port: Option<u16>,
+    /// How often to check that the write fence guards this install: a dry-run create of a
+    /// Secret by this pod's ServiceAccount, judged by who holds the Lease (admitted while
+    /// another pod holds it: no fence; refused by a fence of another Lease: the ServiceAccount
+    /// is shared). Reported as passmower_elector_write_fence{state} and an Event. `off` for
+    /// installs without a fence. Between 1s and 24h.
+    #[arg(long, env = "ELECTOR_WRITE_FENCE_CHECK", value_name = "DURATION|off",
+        default_value = "5m", value_parser = parse_fence_check)]
+    pub write_fence_check: FenceCheckPeriod,
+}
+
+/// `--write-fence-check`: a period, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceCheckPeriod(pub Option<Duration>);
+
+/// The bounds of `--write-fence-check`: one dry run a second per pod at most, and at least one
+/// a day.
+const FENCE_CHECK_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(24 * 3600));
+
+fn parse_fence_check(s: &str) -> Result<FenceCheckPeriod, String> {
+    if s == "off" {
+        return Ok(FenceCheckPeriod(None));
+    }
+    let d = crate::config::parse_duration(s).map_err(|e| format!("{e}; or off"))?;
+    if d < FENCE_CHECK_RANGE.0 || d > FENCE_CHECK_RANGE.1 {
+        return Err(format!(
+            "must be between {} and {}, or off",
+            crate::config::human(FENCE_CHECK_RANGE.0),
+            crate::config::human(FENCE_CHECK_RANGE.1)
+        ));
+    }
+    Ok(FenceCheckPeriod(Some(d)))
 }
 
 /// The validated configuration of the `elect` role.
@@ -116,6 +148,8 @@ pub struct ElectConfig {
     pub pod: Option<(String, String)>,
     /// The leader instance's metrics port on loopback, proxied at `/metrics/leader-app`.
     pub leader_app_metrics_port: Option<u16>,
+    /// How often to check the write fence (None: never).
+    pub write_fence_check: Option<Duration>,
 }
 
 impl ElectArgs {
@@ -226,6 +260,7 @@ impl ElectArgs {
             max_leader_failures: self.max_leader_failures,
             consumer,
             leader_app_metrics_port: self.leader_app_metrics_port,
+            write_fence_check: self.write_fence_check.0,
         })
     }
 }

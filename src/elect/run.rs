@@ -158,13 +158,26 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
     });
     let events = config.events.then(|| {
         EventRecorder::new(
-            client,
+            client.clone(),
             &config.namespace,
             &config.lease_name,
             pod_ref,
             &holder,
         )
     });
+    if let Some(period) = config.write_fence_check {
+        super::fence_check::FenceCheck {
+            client: client.clone(),
+            namespace: config.namespace.clone(),
+            lease_name: config.lease_name.clone(),
+            period,
+            timeout: config.timing.api_timeout(),
+            status: status.clone(),
+            gauge: metrics.write_fence.clone(),
+            events: events.clone(),
+        }
+        .spawn();
+    }
     tracing::info!(
         identity = %holder,
         lease = %api.reference(),

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
@@ -194,7 +194,28 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
 /// the template opts in (or its namespace does) and none of the webhook's reasons to skip a pod
 /// holds. A namespace the webhook never injects is known when the guard is made.
 fn webhook_injects(namespace: &str, opt_in: &WebhookOptIn) -> (String, String) {
-    if NEVER_NAMESPACES.contains(&namespace) || opt_in.excluded_namespaces.contains(&namespace) {
+    webhook_injects_at(
+        namespace,
+        opt_in,
+        "object.spec.template.metadata",
+        "object.spec.template.spec",
+    )
+}
+
+/// Whether the webhook never injects `namespace`.
+fn never_injected(namespace: &str, opt_in: &WebhookOptIn) -> bool {
+    NEVER_NAMESPACES.contains(&namespace) || opt_in.excluded_namespaces.contains(&namespace)
+}
+
+/// [`webhook_injects`] for the pod whose metadata and spec are at the CEL paths `meta` and
+/// `spec` (a workload's template, or a Pod itself).
+fn webhook_injects_at(
+    namespace: &str,
+    opt_in: &WebhookOptIn,
+    meta: &str,
+    spec: &str,
+) -> (String, String) {
+    if never_injected(namespace, opt_in) {
         return (
             "false".into(),
             format!(
@@ -204,8 +225,6 @@ fn webhook_injects(namespace: &str, opt_in: &WebhookOptIn) -> (String, String) {
             ),
         );
     }
-    let meta = "object.spec.template.metadata";
-    let spec = "object.spec.template.spec";
     let opted_out = format!(
         "has({meta}) && (({}) || ({}))",
         has_entry(meta, "labels", opt_in.label, OPT_OUT_VALUE),
@@ -265,6 +284,131 @@ fn webhook_injects(namespace: &str, opt_in: &WebhookOptIn) -> (String, String) {
     )
 }
 
+/// Name of the pod guard of workload `name` of `namespace` (see [`pod_guard_policy_spec`]).
+pub fn pod_guard_policy_name(namespace: &str, name: &str) -> String {
+    subdomain_name(&["passmower-elector-pod-guard", namespace, name])
+}
+
+/// What every refusal of the pod guard starts with.
+pub const POD_GUARD_DENIAL_PREFIX: &str = "passmower-elector pod guard";
+
+/// The pod guard, on the webhook path only: refuses a pod of the protected workload that the
+/// webhook would inject but that arrives without the elector. That is a pod the webhook never
+/// saw: it did not answer and its `failurePolicy` is `Ignore`, or its configuration was
+/// removed. The replica guard cannot see that (it admitted the workload because the webhook
+/// would inject its pods), and such a pod would run Passmower's operators beside the elected
+/// one. So the workload's pods wait for the webhook, as under `failurePolicy: Fail`, while
+/// other pods of the namespace keep `Ignore`'s behaviour. `None` where the webhook never
+/// injects the namespace (the replica guard then refuses more than one replica) or for a
+/// workload with an elector of its own.
+pub fn pod_guard_policy_spec(target: &GuardTarget) -> Option<ValidatingAdmissionPolicySpec> {
+    let opt_in = target.webhook?;
+    if never_injected(target.namespace, &opt_in) {
+        return None;
+    }
+    let (injects, _) =
+        webhook_injects_at(target.namespace, &opt_in, "object.metadata", "object.spec");
+    let name = cel_string(target.name);
+    // The pod's controller: a Deployment's ReplicaSet is named `<deployment>-<pod-template-hash>`
+    // and labels its pods with that hash; a StatefulSet owns its pods itself.
+    let owned = match target.kind {
+        WorkloadKind::Deployment => format!(
+            "has(object.metadata.ownerReferences) && has(object.metadata.labels) && \
+             'pod-template-hash' in object.metadata.labels && \
+             object.metadata.ownerReferences.exists(o, o.kind == 'ReplicaSet' && \
+             o.name == {name} + '-' + object.metadata.labels['pod-template-hash'])"
+        ),
+        WorkloadKind::StatefulSet => format!(
+            "has(object.metadata.ownerReferences) && \
+             object.metadata.ownerReferences.exists(o, o.kind == 'StatefulSet' && o.name == {name})"
+        ),
+    };
+    let kind = target.kind.as_str();
+    let ns = target.namespace;
+    let workload = target.name;
+    Some(ValidatingAdmissionPolicySpec {
+        // It reads only the request; a guard that cannot decide refuses (and only the
+        // workload's pods reach it: the owner is a match condition).
+        failure_policy: Some("Fail".into()),
+        match_constraints: Some(MatchResources {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_owned(),
+                    ns.to_owned(),
+                )])),
+                ..Default::default()
+            }),
+            resource_rules: Some(vec![NamedRuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into()]),
+                resources: Some(vec!["pods".into()]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        match_conditions: Some(vec![MatchCondition {
+            name: "pod-of-the-workload".into(),
+            expression: owned,
+        }]),
+        validations: Some(vec![Validation {
+            expression: format!("!({injects})"),
+            message: Some(format!(
+                "{POD_GUARD_DENIAL_PREFIX}: a pod of {kind} {ns}/{workload} arrived without the \
+                 passmower-elector sidecar, which the admission webhook adds to it: the webhook \
+                 did not answer (failurePolicy Ignore) or is not installed, and the pod would \
+                 run the Passmower operators beside the elected pod; its controller retries \
+                 until the webhook answers"
+            )),
+            reason: Some("Forbidden".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    })
+}
+
+/// The pod guard's ValidatingAdmissionPolicy and binding for `target`, none where
+/// [`pod_guard_policy_spec`] is `None`.
+pub fn pod_guard(target: &GuardTarget, generated_for: &str) -> Vec<Value> {
+    let Some(spec) = pod_guard_policy_spec(target) else {
+        return Vec::new();
+    };
+    let name = pod_guard_policy_name(target.namespace, target.name);
+    let meta = || guard_meta(&name, generated_for);
+    let policy = ValidatingAdmissionPolicy {
+        metadata: meta(),
+        spec: Some(spec),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: meta(),
+        spec: Some(guard_binding_spec(&name)),
+    };
+    vec![to_value(&policy), to_value(&binding)]
+}
+
+/// The metadata of a guard's policy and binding.
+fn guard_meta(name: &str, generated_for: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(BTreeMap::from([
+            (
+                "app.kubernetes.io/name".to_owned(),
+                "passmower-elector".to_owned(),
+            ),
+            (
+                "app.kubernetes.io/component".to_owned(),
+                GUARD_COMPONENT.to_owned(),
+            ),
+        ])),
+        annotations: Some(BTreeMap::from([(
+            GENERATED_FOR_ANNOTATION.to_owned(),
+            generated_for.to_owned(),
+        )])),
+        ..Default::default()
+    }
+}
+
 fn capitalize(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
@@ -286,24 +430,7 @@ pub fn guard_binding_spec(policy: &str) -> ValidatingAdmissionPolicyBindingSpec 
 /// goes into the annotation by which `inject` recognises them.
 pub fn replica_guard(target: &GuardTarget, generated_for: &str) -> Vec<Value> {
     let name = guard_policy_name(target.namespace, target.name);
-    let meta = || ObjectMeta {
-        name: Some(name.clone()),
-        labels: Some(BTreeMap::from([
-            (
-                "app.kubernetes.io/name".to_owned(),
-                "passmower-elector".to_owned(),
-            ),
-            (
-                "app.kubernetes.io/component".to_owned(),
-                GUARD_COMPONENT.to_owned(),
-            ),
-        ])),
-        annotations: Some(BTreeMap::from([(
-            GENERATED_FOR_ANNOTATION.to_owned(),
-            generated_for.to_owned(),
-        )])),
-        ..Default::default()
-    };
+    let meta = || guard_meta(&name, generated_for);
     let policy = ValidatingAdmissionPolicy {
         metadata: meta(),
         spec: Some(guard_policy_spec(target)),
@@ -396,6 +523,48 @@ mod tests {
                 .and_then(|m| m.resource_rules)
                 .and_then(|r| r[0].resources.clone()),
             Some(vec!["statefulsets".to_owned()])
+        );
+    }
+
+    #[test]
+    fn the_pod_guard_exists_only_where_the_webhook_injects() {
+        assert!(pod_guard_policy_spec(&target(None)).is_none());
+        let excluded = WebhookOptIn {
+            excluded_namespaces: &["auth"],
+            ..WebhookOptIn::DEFAULT
+        };
+        assert!(pod_guard_policy_spec(&target(Some(excluded))).is_none());
+        let spec = pod_guard_policy_spec(&target(Some(WebhookOptIn::DEFAULT))).unwrap();
+        let owner = &spec.match_conditions.as_ref().unwrap()[0].expression;
+        assert!(
+            owner.contains("o.kind == 'ReplicaSet' && o.name == 'passmower' + '-'"),
+            "{owner}"
+        );
+        let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+        assert_eq!(rules[0].resources, Some(vec!["pods".to_owned()]));
+        assert_eq!(rules[0].operations, Some(vec!["CREATE".to_owned()]));
+        let validation = &spec.validations.unwrap()[0];
+        assert!(
+            validation.expression.starts_with("!(")
+                && validation
+                    .expression
+                    .contains("object.metadata.annotations"),
+            "{}",
+            validation.expression
+        );
+        let stateful = GuardTarget {
+            kind: WorkloadKind::StatefulSet,
+            ..target(Some(WebhookOptIn::DEFAULT))
+        };
+        let owner = pod_guard_policy_spec(&stateful)
+            .unwrap()
+            .match_conditions
+            .unwrap()[0]
+            .expression
+            .clone();
+        assert!(
+            owner.contains("o.kind == 'StatefulSet' && o.name == 'passmower'"),
+            "{owner}"
         );
     }
 

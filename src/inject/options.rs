@@ -653,7 +653,9 @@ impl InjectOptions {
     /// never start (no pullable image), or that break the follower's idleness.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let image = self.image.trim();
-        if image.is_empty() {
+        // fence-only adds no container: there is no image to name.
+        let needs_image = self.passmower_election != PassmowerElection::FenceOnly;
+        if image.is_empty() && needs_image {
             return Err(ConfigError::new(
                 "--image",
                 "",
@@ -667,7 +669,9 @@ impl InjectOptions {
                 "must be an image reference without spaces, e.g. registry.example.com/passmower-elector:0.1.0",
             ));
         }
-        check_published_reference(image)?;
+        if !image.is_empty() {
+            check_published_reference(image)?;
+        }
         for name in &self.image_pull_secrets {
             if !is_dns1123_subdomain(name) {
                 return Err(ConfigError::new(
@@ -1008,6 +1012,20 @@ mod tests {
         ] {
             assert!(InjectOptions::new(image).validate().is_ok(), "{image}");
         }
+    }
+
+    #[test]
+    fn fence_only_adds_no_container_so_it_needs_no_image() {
+        let fence_only = InjectOptions {
+            passmower_election: PassmowerElection::FenceOnly,
+            ..InjectOptions::new("")
+        };
+        assert!(fence_only.validate().is_ok(), "{:?}", fence_only.validate());
+        let ours = InjectOptions {
+            passmower_election: PassmowerElection::Ours,
+            ..InjectOptions::new("")
+        };
+        assert_eq!(ours.validate().unwrap_err().flag, "--image");
     }
 
     #[test]

@@ -555,6 +555,8 @@ fn elector_container(
                 (opts.app_on_change() == AppOnChange::LeaderInstance)
                     .then(|| format!("--leader-app-metrics-port={LEADER_APP_METRICS_PORT}")),
             )
+            // Without a fence its check would only ever say so.
+            .chain((!opts.fence).then(|| "--write-fence-check=off".to_owned()))
             .collect(),
         ),
         env: Some(vec![

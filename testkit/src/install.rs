@@ -66,7 +66,7 @@ pub fn deployment(sandbox: &Sandbox, ns: &str) -> Value {
 }
 
 /// The admission policies and bindings passmower-elector makes for an install (write fence,
-/// replica guard, idle-namespace policy, and the names older builds used), as `Kind/name`,
+/// replica guard, pod guard, idle-namespace policy), as `Kind/name`,
 /// sorted; not the webhook chart's own.
 pub fn policies(sandbox: &Sandbox) -> Vec<String> {
     let ran = sandbox.ok(
@@ -77,7 +77,7 @@ pub fn policies(sandbox: &Sandbox) -> Vec<String> {
         .stdout
         .lines()
         .filter(|l| {
-            ["fence.", "guard.", "inject.", "chart.", "chart-fence."]
+            ["fence.", "guard.", "pod-guard.", "inject.", "chart."]
                 .iter()
                 .any(|kind| l.contains(&format!("/passmower-elector-{kind}")))
         })

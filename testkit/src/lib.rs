@@ -22,6 +22,7 @@ pub mod passmower;
 pub mod pki;
 pub mod pods;
 pub mod ports;
+pub mod probe;
 pub mod process;
 pub mod proxy;
 pub mod recording_app;

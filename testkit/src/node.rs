@@ -22,8 +22,10 @@ pub mod http;
 pub mod netns;
 pub mod passmower;
 pub mod pods;
+pub mod redis_monitor;
 pub mod single_writer;
 pub mod smtp;
+pub mod writers;
 
 use std::collections::HashSet;
 use std::fs;

@@ -3,8 +3,6 @@
 //! kube-apiserver. Without this, an elector whose app never started (an image that cannot be
 //! pulled) or was OOM-killed as a whole took and kept the Lease while nothing reconciled.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -12,6 +10,7 @@ use kube::Api;
 
 use crate::product::ElectorNamespaces;
 use pme_testkit::pods::{wait_for_leading_pod, Pod, PodSpec};
+use pme_testkit::probe::{probe_body, sample};
 use pme_testkit::wait::POLL;
 use pme_testkit::{free_port, wait_until, Cluster, ElectorProcess, TestNs, FAST_TIMINGS};
 
@@ -28,27 +27,6 @@ async fn holder(ns: &TestNs) -> String {
         .spec
         .and_then(|s| s.holder_identity)
         .unwrap_or_default()
-}
-
-/// GET `path` on the elector's probe port: the body, when it answered 200.
-fn probe_body(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-}
-
-/// The value of an unlabelled metric in a Prometheus text body.
-fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// An elector whose toggle nobody answers (the app container never started) says so on its
@@ -118,7 +96,7 @@ async fn an_elector_whose_app_never_answers_does_not_take_a_free_lease_and_says_
 }
 
 fn metrics_value(body: &str, name: &str) -> f64 {
-    metric(body, name).unwrap_or_else(|| panic!("no {name} in\n{body}"))
+    sample(body, name).unwrap_or_else(|| panic!("no {name} in\n{body}"))
 }
 
 /// One replica's app container never runs (as when its image cannot be pulled): that pod never

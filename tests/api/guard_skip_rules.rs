@@ -13,8 +13,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use passmower_elector::inject::guard::{
-    guard_binding_spec, guard_policy_name, guard_policy_spec, GuardTarget, WebhookOptIn,
-    GUARD_DENIAL_PREFIX,
+    guard_binding_spec, guard_policy_name, guard_policy_spec, pod_guard, pod_guard_policy_name,
+    GuardTarget, WebhookOptIn, GUARD_DENIAL_PREFIX, POD_GUARD_DENIAL_PREFIX,
 };
 use passmower_elector::inject::WorkloadKind;
 use passmower_elector::webhook::acts_on;
@@ -232,4 +232,132 @@ async fn the_guard_refuses_two_replicas_for_every_reason_the_webhook_skips_their
         "{refused}"
     );
     remove_guard(&admin, &guard).await;
+}
+
+/// The pod guard: a pod of the Deployment that the webhook would inject, but that arrives
+/// without the elector, is one the webhook never saw (down under `failurePolicy: Ignore`, or
+/// its configuration gone). It is refused; the same pod injected, a pod the webhook skips, and
+/// the pods of other workloads are admitted. Each case against the webhook's own decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_webhook_would_inject_is_refused_when_it_arrives_without_the_elector() {
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    let ns = cluster.new_bare_namespace(NAME).await;
+    opt_in(&admin, &ns.name).await;
+    // Pods name a ServiceAccount (here the namespace's default, which this control plane has
+    // no controller to create).
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa");
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), &ns.name)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create the default ServiceAccount");
+    let target = GuardTarget {
+        namespace: &ns.name,
+        kind: WorkloadKind::Deployment,
+        name: NAME,
+        webhook: Some(WebhookOptIn::DEFAULT),
+    };
+    let objects = pod_guard(&target, "Deployment/passmower");
+    assert_eq!(objects.len(), 2, "policy and binding");
+    let name = pod_guard_policy_name(&ns.name, NAME);
+    let policy: ValidatingAdmissionPolicy =
+        serde_json::from_value(serde_json::to_value(&objects[0]).expect("json")).expect("policy");
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_json::from_value(serde_json::to_value(&objects[1]).expect("json")).expect("binding");
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the pod guard");
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create its binding");
+
+    // A pod as the Deployment's ReplicaSet creates it: owned by `passmower-<hash>`, labelled
+    // with the hash.
+    let pod = |owner: &str, template: &Value| -> Value {
+        let mut pod = pod_of(&deployment(template));
+        pod["metadata"]["generateName"] = json!(format!("{owner}-"));
+        pod["metadata"]["labels"]["pod-template-hash"] = json!("5d8f7c9b4");
+        pod["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{owner}-5d8f7c9b4"),
+            "uid": "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40", "controller": true,
+        }]);
+        pod
+    };
+    let uninjected = pod(NAME, &json!({}));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match dry_create_pod(&admin, &ns.name, &uninjected).await {
+            Err(message) if message.contains(POD_GUARD_DENIAL_PREFIX) => break message,
+            Err(message) => panic!("refused by something else than the pod guard: {message}"),
+            Ok(()) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Ok(()) => panic!("the pod guard {name} not in effect after 30s"),
+        }
+    };
+    assert!(
+        refused.contains(POD_GUARD_DENIAL_PREFIX) && refused.contains("failurePolicy Ignore"),
+        "{refused}"
+    );
+
+    let injected = json!({"spec": {
+        "initContainers": [{"name": "passmower-elector", "image": "x", "restartPolicy": "Always"}],
+        "containers": [{"name": "passmower", "image": "passmower:1.3.0"}]}});
+    let cases: [(&str, Value); 5] = [
+        ("the webhook did not run", pod(NAME, &json!({}))),
+        ("injected", pod(NAME, &injected)),
+        (
+            "opted out by label",
+            pod(
+                NAME,
+                &json!({"metadata": {"labels": {"app": NAME, "passmower-elector.io/inject": "disabled"}}}),
+            ),
+        ),
+        (
+            "no container to wrap",
+            pod(
+                NAME,
+                &json!({"spec": {"containers": [{"name": "app", "image": "x"}]}}),
+            ),
+        ),
+        (
+            "another Deployment's pod",
+            pod("passmower-redis", &json!({})),
+        ),
+    ];
+    for (case, pod) in cases {
+        let answer = dry_create_pod(&admin, &ns.name, &pod).await;
+        let ours = pod["metadata"]["generateName"] == json!(format!("{NAME}-"));
+        let never_seen_by_the_webhook = ours && acts_on(&pod, "passmower");
+        assert_eq!(
+            answer.is_err(),
+            never_seen_by_the_webhook,
+            "{case}: {answer:?}"
+        );
+        if let Err(message) = answer {
+            assert!(
+                message.contains(POD_GUARD_DENIAL_PREFIX),
+                "{case}: {message}"
+            );
+        }
+    }
+    remove_guard(&admin, &name).await;
+}
+
+/// Server-side dry run of creating `pod`: `Ok` or the refusal's message.
+async fn dry_create_pod(client: &kube::Client, ns: &str, pod: &Value) -> Result<(), String> {
+    let typed: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(pod.clone()).expect("a Pod");
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .create(&params, &typed)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::product::install::{assert_refused_by_guard, elector, replicas_and_elector_image};
 use passmower_elector::inject::guard::{
-    guard_binding_spec, guard_policy_name, guard_policy_spec, GuardTarget, WebhookOptIn,
+    guard_binding_spec, guard_policy_name, guard_policy_spec, pod_guard_policy_name,
+    pod_guard_policy_spec, GuardTarget, WebhookOptIn,
 };
 use passmower_elector::inject::WorkloadKind;
 use pme_testkit::install::{deployment, policies, DOCS_IMAGE};
@@ -220,6 +221,38 @@ fn the_charts_guard_is_the_library_guard() {
             docs[0]["metadata"]["labels"]["app.kubernetes.io/component"],
             "replica-guard"
         );
+        // The pod guard: on the webhook path only, where the webhook injects the namespace.
+        let all = sandbox.ok(&format!(
+            "helm template passmower-elector charts/passmower-elector -n auth \
+             --set image.repository=registry.example.com/passmower-elector \
+             --set injectedBy={injected_by}"
+        ));
+        let pod_guard_name = pod_guard_policy_name("auth", "passmower");
+        let pod_guard: Vec<serde_json::Value> = all
+            .stdout
+            .split("\n---")
+            .filter_map(|d| serde_norway::from_str::<serde_json::Value>(d).ok())
+            .filter(|d| d["metadata"]["name"] == pod_guard_name.as_str())
+            .collect();
+        match pod_guard_policy_spec(&target) {
+            None => assert!(pod_guard.is_empty(), "{injected_by}: {pod_guard:?}"),
+            Some(spec) => {
+                assert_eq!(
+                    pod_guard.len(),
+                    2,
+                    "{injected_by}: pod guard policy and binding"
+                );
+                assert_eq!(
+                    pod_guard[0]["spec"],
+                    serde_json::to_value(spec).unwrap(),
+                    "{injected_by}: the chart's pod guard differs from inject's"
+                );
+                assert_eq!(
+                    pod_guard[1]["spec"],
+                    serde_json::to_value(guard_binding_spec(&pod_guard_name)).unwrap()
+                );
+            }
+        }
     }
     let off = sandbox.ok(
         "helm template passmower-elector charts/passmower-elector -n auth \

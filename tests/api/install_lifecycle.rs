@@ -4,7 +4,7 @@
 //! passmower-elector chart's route (docs/operations/). After each step the server says what
 //! the step promised: the replica count, the elector's image or its absence, the objects
 //! `inject` or the chart added, and after the removal nothing of passmower-elector left (the
-//! Lease, its Events and the admission policies of older builds included). No kubelet runs:
+//! Lease and its Events included). No kubelet runs:
 //! these check what the apiserver stores and admits.
 
 use crate::product::install::replicas_and_elector_image;
@@ -26,9 +26,8 @@ fn image(reference: &str) -> Option<String> {
     Some(reference.to_owned())
 }
 
-/// What an elector would have left, and what older builds installed under other names: the
-/// Lease, an Event on it, and a write fence named as the chart named it before.
-fn leave_what_older_builds_and_the_elector_left(sandbox: &Sandbox) {
+/// What an elector would have left: the Lease and an Event on it.
+fn leave_what_the_elector_left(sandbox: &Sandbox) {
     sandbox.ok(
         r#"kubectl -n passmower apply -f - <<'EOF'
 apiVersion: coordination.k8s.io/v1
@@ -43,21 +42,6 @@ involvedObject: {apiVersion: coordination.k8s.io/v1, kind: Lease, name: passmowe
 reason: BecameLeader
 message: passmower-0 became leader
 type: Normal
-EOF
-kubectl apply -f - <<'EOF'
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: passmower-elector-chart-fence.passmower.passmower-elector}
-spec:
-  failurePolicy: Ignore
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [secrets]}]
-  validations: [{expression: "true"}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: passmower-elector-chart-fence.passmower.passmower-elector}
-spec: {policyName: passmower-elector-chart-fence.passmower.passmower-elector, validationActions: [Deny]}
 EOF"#,
     );
 }
@@ -128,7 +112,7 @@ fn helm_lifecycle(page: &str, helm: Helm, prefix: &'static str, test: &'static s
         replicas_and_elector_image(&sandbox, "passmower"),
         (3, image(DOCS_IMAGE))
     );
-    leave_what_older_builds_and_the_elector_left(&sandbox);
+    leave_what_the_elector_left(&sandbox);
     sandbox.ok(&block(page, &format!("{prefix}-uninstall")));
     assert_removed(&sandbox);
     let events = sandbox.ok("kubectl -n passmower get events -o name");
@@ -181,7 +165,7 @@ fn kustomize_install_upgrade_uninstall_as_written() {
         replicas_and_elector_image(&sandbox, "passmower"),
         (3, image(NEW_IMAGE))
     );
-    leave_what_older_builds_and_the_elector_left(&sandbox);
+    leave_what_the_elector_left(&sandbox);
     sandbox.ok(&block(KUSTOMIZE, "kustomize-uninstall"));
     assert_removed(&sandbox);
     Record {
@@ -271,7 +255,7 @@ fn chart_route_upgrade_and_uninstall_as_written() {
          -o jsonpath='{.metadata.annotations.meta\\.helm\\.sh/release-name}'",
     );
     assert_eq!(guard.stdout, "passmower-elector");
-    leave_what_older_builds_and_the_elector_left(&sandbox);
+    leave_what_the_elector_left(&sandbox);
     sandbox.ok(&block(UNINSTALL, "uninstall-chart"));
     assert_removed(&sandbox);
     assert_eq!(

@@ -42,7 +42,8 @@ fn the_webhook_page_installs_upgrades_and_removes_as_written() {
     // The released chart names the image released with it, and the webhook injects that one.
     assert_eq!(webhook_images(&sandbox), released_image("0.1.0"));
     sandbox.ok("kubectl get mutatingwebhookconfiguration passmower-elector-webhook");
-    assert_eq!(policies(&sandbox).len(), 4, "{:?}", policies(&sandbox));
+    // The write fence, the replica guard and the pod guard, each a policy and its binding.
+    assert_eq!(policies(&sandbox).len(), 6, "{:?}", policies(&sandbox));
     // Helm's manifest is the upstream chart as it is.
     let manifest = sandbox
         .ok("helm -n passmower get manifest passmower")

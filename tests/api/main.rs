@@ -15,6 +15,7 @@ mod election_scenarios;
 mod elector_api_requests;
 mod elector_probes;
 mod fence;
+mod fence_check;
 mod follower_sweep;
 mod guard_skip_rules;
 mod idle_namespace;

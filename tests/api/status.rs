@@ -7,8 +7,6 @@
 //! working leader, 1 for none, 2 for usage errors, 3 when it cannot read the Lease. The new
 //! metrics move with the same scenarios.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,6 +20,7 @@ use crate::product::{install_fence, ElectorNamespaces, Sandbox, Supervisor};
 use pme_testkit::fence::{grant_passmower_rights, mint_token, FakePod};
 use pme_testkit::manifests::{parse_stream, Applier, Mode};
 use pme_testkit::pods::{wait_for_leading_pod, Pod, PodSpec};
+use pme_testkit::probe::{probe_body, sample};
 use pme_testkit::wait::POLL;
 use pme_testkit::{free_port, wait_until, wait_until_async, Cluster, ElectorProcess, TestNs};
 
@@ -200,32 +199,6 @@ fn pod_state<'a>(report: &'a Value, name: &str) -> &'a Value {
         .as_array()
         .and_then(|pods| pods.iter().find(|p| p["name"] == name))
         .unwrap_or_else(|| panic!("no pod {name} in {report:#}"))
-}
-
-/// GET `path` on a probe port: the body of a 200.
-fn probe_body(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-}
-
-/// A sample of the Prometheus text `body`: the value of the line that starts with `series `.
-fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
 }
 
 /// Timings with more room than the scenario tests' (R 1.5s): these tests assert which term is

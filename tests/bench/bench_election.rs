@@ -90,7 +90,7 @@ impl Kind {
     }
 }
 
-fn elector_bin() -> PathBuf {
+pub(crate) fn elector_bin() -> PathBuf {
     std::env::var_os("PME_BENCH_ELECTOR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_passmower-elector")))
@@ -807,7 +807,7 @@ impl AllResults {
 
 static RESULTS: AllResults = AllResults(std::sync::Mutex::new(BTreeMap::new()));
 
-async fn create_namespace(client: &kube::Client, name: &str) {
+pub(crate) async fn create_namespace(client: &kube::Client, name: &str) {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -951,7 +951,7 @@ fn percentile(xs: &[Duration], p: f64) -> Option<Duration> {
     (!v.is_empty()).then(|| v[((v.len() - 1) as f64 * p).round() as usize])
 }
 
-fn fmt_d(d: Duration) -> String {
+pub(crate) fn fmt_d(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms < 1000.0 {
         format!("{ms:.0} ms")
@@ -978,7 +978,7 @@ fn verbs(m: &BTreeMap<String, usize>, minutes: f64) -> String {
         .join(", ")
 }
 
-fn machine() -> (String, String, String) {
+pub(crate) fn machine() -> (String, String, String) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use pme_testkit::node::audit::{self, now_us};
 use pme_testkit::node::faketime;
 use pme_testkit::node::passmower::{self, ElectionMode, Install, Retrofit, APP_CONTAINER};
+use pme_testkit::node::redis_monitor::{self, Monitored};
 use pme_testkit::node::single_writer::{
     app_processes, assert_one_operator, assert_single_writer, leader_instance_mode,
 };
@@ -60,6 +61,9 @@ async fn install(node: &Node) -> Install {
 struct OperatorSamples {
     /// The longest stretch (ms) in which no pod ran Passmower's operators.
     longest_none_ms: f64,
+    /// When that stretch began (the last sample with an operator) and ended (µs since the
+    /// epoch; 0 when there was none).
+    longest_none_us: (i64, i64),
     /// The time (ms) in which two or more pods ran Passmower's operators at once.
     two_ms: f64,
     /// Every (pod, PID) seen running Passmower's operators, in order of first sight.
@@ -139,15 +143,31 @@ impl LeaderLogs {
 /// running operators. A whole frozen pod is continued at once, its supervisor with its leader
 /// instance; nothing can stop that instance before its supervisor runs again, which then kills
 /// it at once (a leader past its grant's expiry + K is killed without grace). So it is given the
-/// kill grace K from the SIGCONT; past that it counts again, and what it may have sent meanwhile
-/// is the write fence's to refuse (asserted by `lost_pod_was_fenced`).
+/// kill grace K from the SIGCONT, in every mode alike; past that it counts again. What the excuse
+/// hides is reported, not assumed: how long the thawed pod was still seen running operators
+/// after the SIGCONT, and every write it sent (see `thawed_pod_writes`).
 #[derive(Clone, Default)]
-struct ThawWindow(std::sync::Arc<Mutex<Option<(String, Instant)>>>);
+struct ThawWindow(std::sync::Arc<Mutex<Option<Thaw>>>);
+
+#[derive(Clone, Debug)]
+struct Thaw {
+    pod: String,
+    until: Instant,
+    /// The SIGCONT (µs since the epoch).
+    continued_us: i64,
+    /// The last sample after the SIGCONT that saw the pod run operators (µs since the epoch).
+    last_operating_us: Option<i64>,
+}
 
 impl ThawWindow {
     fn open(&self, pod: &str, grace: Duration) {
         if let Ok(mut w) = self.0.lock() {
-            *w = Some((pod.to_owned(), Instant::now() + grace));
+            *w = Some(Thaw {
+                pod: pod.to_owned(),
+                until: Instant::now() + grace,
+                continued_us: now_us(),
+                last_operating_us: None,
+            });
         }
     }
 
@@ -156,7 +176,23 @@ impl ThawWindow {
             .lock()
             .ok()
             .and_then(|w| w.clone())
-            .is_some_and(|(p, until)| p == pod && now < until)
+            .is_some_and(|t| t.pod == pod && now < t.until)
+    }
+
+    /// Records that `pod` ran operators at `at_us`, if it is the thawed one.
+    fn saw_operating(&self, pod: &str, at_us: i64) {
+        if let Ok(mut w) = self.0.lock() {
+            if let Some(t) = w
+                .as_mut()
+                .filter(|t| t.pod == pod && at_us >= t.continued_us)
+            {
+                t.last_operating_us = Some(at_us);
+            }
+        }
+    }
+
+    fn seen(&self) -> Option<Thaw> {
+        self.0.lock().ok().and_then(|w| w.clone())
     }
 }
 
@@ -176,6 +212,7 @@ impl OperatorSampler {
         install: &Install,
         client: kube::Client,
         thaw: ThawWindow,
+        redis_clients: RedisClients,
     ) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -186,7 +223,9 @@ impl OperatorSampler {
             let mut logs = LeaderLogs::default();
             let mut pods: Vec<Pod> = Vec::new();
             let mut last_leader = Instant::now();
+            let mut last_leader_us = now_us();
             let mut last_sample = Instant::now();
+            let mut samples: u64 = 0;
             // Bounded: a fault and its settle take minutes at most.
             let deadline = Instant::now() + Duration::from_secs(1800);
             while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
@@ -201,20 +240,38 @@ impl OperatorSampler {
                 }
                 let mut operating_pods = 0;
                 let sampled_at = Instant::now();
+                let sampled_at_us = now_us();
+                samples += 1;
                 for p in &pods {
-                    if thaw.excuses(p.metadata.name.as_deref().unwrap_or(""), sampled_at) {
-                        continue;
-                    }
+                    let pod_name = p.metadata.name.as_deref().unwrap_or("");
                     // Every Passmower process of the pod: with a separate leader instance the
                     // leader's pod runs two, and only the leader instance has the real selector.
                     let procs = app_processes(node, p);
+                    // Which process holds which Redis connection, to name the writers MONITOR
+                    // shows (connections live long: every fifth sample is enough).
+                    if samples % 5 == 1 {
+                        if let Some(ip) = pods::pod_ip(p) {
+                            let mut seen_ports = Vec::new();
+                            for (pid, _) in &procs {
+                                for port in redis_monitor::redis_ports(*pid) {
+                                    seen_ports
+                                        .push(((ip.clone(), port), (pod_name.to_owned(), *pid)));
+                                }
+                            }
+                            if let Ok(mut c) = redis_clients.lock() {
+                                c.extend(seen_ports);
+                            }
+                        }
+                    }
                     let operating: Vec<i32> = match install.election {
                         ElectionMode::Ours => procs
                             .into_iter()
                             .filter(|(_, s)| s.as_deref() == Some(install.namespace.as_str()))
                             .map(|(pid, _)| pid)
                             .collect(),
-                        ElectionMode::FenceOnly | ElectionMode::Upstream => {
+                        ElectionMode::FenceOnly
+                        | ElectionMode::Upstream
+                        | ElectionMode::UpstreamSigterm => {
                             if logs.leading(node, &install, p) {
                                 procs.into_iter().map(|(pid, _)| pid).collect()
                             } else {
@@ -226,6 +283,12 @@ impl OperatorSampler {
                         .into_iter()
                         .filter(|pid| !is_stopped(*pid))
                         .collect();
+                    if !operating.is_empty() {
+                        thaw.saw_operating(pod_name, sampled_at_us);
+                    }
+                    if thaw.excuses(pod_name, sampled_at) {
+                        continue;
+                    }
                     if !operating.is_empty() {
                         operating_pods += 1;
                     }
@@ -245,10 +308,13 @@ impl OperatorSampler {
                 last_sample = now;
                 if operating_pods > 0 {
                     last_leader = now;
+                    last_leader_us = sampled_at_us;
                 } else {
-                    seen.longest_none_ms = seen
-                        .longest_none_ms
-                        .max(last_leader.elapsed().as_secs_f64() * 1000.0);
+                    let none_ms = last_leader.elapsed().as_secs_f64() * 1000.0;
+                    if none_ms > seen.longest_none_ms {
+                        seen.longest_none_ms = none_ms;
+                        seen.longest_none_us = (last_leader_us, sampled_at_us);
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -458,15 +524,29 @@ fn follow_endpoints(
 /// down, so a failure counts as one to a terminating pod from up to a second before.
 type Deletions = std::sync::Arc<Mutex<BTreeMap<String, i64>>>;
 
-/// Keeps `deletions` up to date for the install's pods, every 300 ms while the API answers.
+/// Pod IP → pod name, of every pod of the install seen during the test (an IP names the pod in
+/// the audit log and in Redis MONITOR; the pod may be gone by the time a round is read).
+type PodNames = std::sync::Arc<Mutex<BTreeMap<String, String>>>;
+
+/// Redis client address → (pod, PID), from the sampler.
+type RedisClients = std::sync::Arc<Mutex<redis_monitor::Clients>>;
+
+/// Keeps `deletions` and `names` up to date for the install's pods, every 300 ms while the API
+/// answers.
 fn follow_deletions(
     client: kube::Client,
     install: Install,
     deletions: Deletions,
+    names: PodNames,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             for p in install.pods(&client).await {
+                if let (Some(ip), Some(name)) = (pods::pod_ip(&p), p.metadata.name.clone()) {
+                    if let Ok(mut n) = names.lock() {
+                        n.insert(ip, name);
+                    }
+                }
                 let (Some(ip), Some(ts)) = (pods::pod_ip(&p), p.metadata.deletion_timestamp) else {
                     continue;
                 };
@@ -887,7 +967,16 @@ async fn faults_keep_one_writer_and_reconcile() {
         pod_loop.targets.clone(),
     );
     let deletions: Deletions = Default::default();
-    let deletion_follower = follow_deletions(client.clone(), install.clone(), deletions.clone());
+    let pod_names: PodNames = Default::default();
+    let deletion_follower = follow_deletions(
+        client.clone(),
+        install.clone(),
+        deletions.clone(),
+        pod_names.clone(),
+    );
+    // Every Redis command of the test, for the operator keys' writers.
+    let monitor = redis_monitor::Monitor::start(node, &node.layout.path("redis-monitor.log"));
+    let redis_clients: RedisClients = Default::default();
 
     let mut results: BTreeMap<Fault, Vec<Round>> = BTreeMap::new();
     for round in 1..=rounds {
@@ -900,7 +989,13 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .await
                 .and_then(|p| p.metadata.name);
             let thaw = ThawWindow::default();
-            let sampler = OperatorSampler::start(node, &install, client.clone(), thaw.clone());
+            let sampler = OperatorSampler::start(
+                node,
+                &install,
+                client.clone(),
+                thaw.clone(),
+                redis_clients.clone(),
+            );
             let transitions_before = lease_transitions(&install, &client).await;
             let t_begin = now_us();
             let (t_fault, old_ip) = inject(node, &install, fault, &name, &thaw).await;
@@ -998,6 +1093,18 @@ async fn faults_keep_one_writer_and_reconcile() {
                 .filter(|(before, after)| before.iter().any(|pid| !after.contains(pid)))
                 .count();
             let operator = sampler.finish().await;
+            let who = who_wrote(
+                &writes,
+                &monitor.read(),
+                &install,
+                &name,
+                &first,
+                &old_ip,
+                (t_begin, t_fault, t_steady),
+                pod_names.lock().map(|n| n.clone()).unwrap_or_default(),
+                redis_clients.lock().map(|c| c.clone()).unwrap_or_default(),
+                (fault == Fault::PodFreeze).then(|| thaw.seen()).flatten(),
+            );
             let handovers =
                 lease_transitions(&install, &node.admin_client().await).await - transitions_before;
             let r = Round {
@@ -1020,8 +1127,10 @@ async fn faults_keep_one_writer_and_reconcile() {
                 recovery_s: (t_steady - t_fault) as f64 / 1e6,
             };
             // One machine-readable line per round, for scripts/side-by-side.sh.
+            let ms_after_fault = |us: i64| format!("{:.0}", (us - t_fault) as f64 / 1000.0);
+            let (none_from, none_to) = operator.longest_none_us;
             report(&format!(
-                "side-by-side mode={} fault={} round={round} gap_ms={} two_operators_ms={:.0} non_holder_writes={} failed_stay_up={} failed_pods={} failed_service={} lease_writes_per_min={:.1} no_operator_ms={:.0} leader_moved={}",
+                "side-by-side mode={} fault={} round={round} gap_ms={} two_operators_ms={:.0} non_holder_writes={} failed_stay_up={} failed_pods={} failed_service={} lease_writes_per_min={:.1} no_operator_ms={:.0} leader_moved={} {}",
                 install.election.name(),
                 fault.name(),
                 r.gap_ms.map_or("none".into(), |g| format!("{g:.0}")),
@@ -1033,7 +1142,35 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.lease_writes_per_min,
                 r.operator_gap_ms,
                 r.moved,
+                [
+                    format!("first_writer={}", who.first_writer.as_deref().unwrap_or("none")),
+                    format!("first_writer_held={}", who.first_held.map_or("none".into(), |b| b.to_string())),
+                    format!("first_writer_old_leader={}", who.first_old.map_or("none".into(), |b| b.to_string())),
+                    format!("handover_ms={}", who.handover_us.map_or("none".into(), ms_after_fault)),
+                    format!("handover_writer={}", who.handover_writer.as_deref().unwrap_or("none")),
+                    format!(
+                        "no_operator_from_ms={} no_operator_to_ms={}",
+                        if none_from == 0 { "none".into() } else { ms_after_fault(none_from) },
+                        if none_to == 0 { "none".into() } else { ms_after_fault(none_to) },
+                    ),
+                    format!("non_holder_redis={}", who.non_holder_redis.len()),
+                    format!("after_release={}", who.after_release.len()),
+                    format!(
+                        "after_release_max_ms={}",
+                        who.after_release_max_ms.map_or("none".into(), |m| format!("{m:.0}"))
+                    ),
+                    format!(
+                        "thaw_operating_ms={}",
+                        who.thaw.as_ref().map_or("-".into(), |t| t.operating_ms.map_or("none".into(), |m| format!("{m:.0}")))
+                    ),
+                    format!(
+                        "thaw_writes_admitted={}",
+                        who.thaw.as_ref().map_or("-".into(), |t| t.admitted.len().to_string())
+                    ),
+                ]
+                .join(" "),
             ));
+            who.report(&name);
             if !non_holder.is_empty() {
                 report(&format!(
                     "{name}: admitted operator writes from a non-holder: {:?}",
@@ -1090,6 +1227,22 @@ async fn faults_keep_one_writer_and_reconcile() {
                 }
                 // Fail early, naming the fault, if two pods ever wrote at once.
                 assert_single_writer(node, &install);
+                // Nor may a thawed pod get a write through, to the apiserver or to Redis (which
+                // has no fence): its kill grace excuses its processes from the sampler, not
+                // what they send.
+                if let Some(t) = &who.thaw {
+                    assert!(
+                        t.admitted.is_empty(),
+                        "{name}: the thawed pod's writes after the SIGCONT were admitted: {:?}",
+                        t.admitted
+                    );
+                }
+                // Redis has no fence either: no operator-key write from a non-holder.
+                assert!(
+                    who.non_holder_redis.is_empty(),
+                    "{name}: Redis took operator-key writes from a pod the Lease did not name: {:?}",
+                    who.non_holder_redis
+                );
                 // Nor may two pods' processes ever run the operators at once (a frozen one runs
                 // nothing; a thawed one has its kill grace, see ThawWindow), which the audit log
                 // alone would not show while neither writes.
@@ -1162,6 +1315,216 @@ async fn faults_keep_one_writer_and_reconcile() {
             "single writer: {} leadership tenures, none overlapping; every operator write inside its pod's tenure",
             tenures.len()
         ));
+    }
+}
+
+/// Who wrote around one fault ([`who_wrote`]): the first writer of the round's OIDCClient, the
+/// handover, and the writes the table's counts would otherwise hide.
+struct WhoWrote {
+    /// The pod (process, where Redis named one) that first wrote the round's OIDCClient or its
+    /// Secret; whether the Lease named it at that instant; whether it was the leader the fault
+    /// hit.
+    first_writer: Option<String>,
+    first_held: Option<bool>,
+    first_old: Option<bool>,
+    /// The new holder's first admitted operator write (µs since the epoch), and its pod.
+    handover_us: Option<i64>,
+    handover_writer: Option<String>,
+    /// Redis's operator-key writes from a pod the Lease did not name then, described.
+    non_holder_redis: Vec<String>,
+    /// Admitted operator writes (apiserver and Redis) a pod sent after releasing the Lease.
+    after_release: Vec<String>,
+    after_release_max_ms: Option<f64>,
+    /// The pod-freeze fault's thawed pod.
+    thaw: Option<ThawSeen>,
+    /// The round's OIDCClient's creation (ms after the fault), and the releases of the Lease
+    /// in the round (pod, ms after the fault).
+    client_created_ms: Option<i64>,
+    releases: Vec<String>,
+}
+
+/// What the thaw's excuse hides: how long after the SIGCONT the thawed pod was still seen
+/// running operators, and what it sent from the SIGCONT on (until it leads again).
+struct ThawSeen {
+    pod: String,
+    operating_ms: Option<f64>,
+    admitted: Vec<String>,
+    refused: Vec<String>,
+}
+
+impl WhoWrote {
+    fn report(&self, name: &str) {
+        report(&format!(
+            "{name}: client created at {} ms; Lease released by {}; first writer {} ({}, {}); new holder's first operator write: {}",
+            self.client_created_ms
+                .map_or("?".into(), |c| format!("{c:+}")),
+            if self.releases.is_empty() {
+                "nobody".into()
+            } else {
+                self.releases.join(", ")
+            },
+            self.first_writer.as_deref().unwrap_or("none"),
+            match self.first_held {
+                Some(true) => "holding the Lease",
+                Some(false) => "NOT holding the Lease",
+                None => "-",
+            },
+            match self.first_old {
+                Some(true) => "the leader the fault hit",
+                Some(false) => "another pod",
+                None => "-",
+            },
+            self.handover_writer.as_deref().unwrap_or("none"),
+        ));
+        if !self.non_holder_redis.is_empty() {
+            report(&format!(
+                "{name}: Redis operator-key writes from a non-holder: {}",
+                self.non_holder_redis.join(", ")
+            ));
+        }
+        if !self.after_release.is_empty() {
+            report(&format!(
+                "{name}: admitted operator writes after the writer's own release of the Lease: {}",
+                self.after_release.join(", ")
+            ));
+        }
+        if let Some(t) = &self.thaw {
+            report(&format!(
+                "{name}: thawed {}: seen running operators {} after the SIGCONT; its writes from then: {} admitted{}, {} refused{}",
+                t.pod,
+                t.operating_ms
+                    .map_or("never".into(), |m| format!("until {m:.0} ms")),
+                t.admitted.len(),
+                if t.admitted.is_empty() { String::new() } else { format!(" ({})", t.admitted.join(", ")) },
+                t.refused.len(),
+                if t.refused.is_empty() { String::new() } else { format!(" ({})", t.refused.join(", ")) },
+            ));
+        }
+    }
+}
+
+/// The round's writers from the audit log (`writes`) and Redis MONITOR (`redis`), each against
+/// the Lease's holder at its instant. `client`: the round's OIDCClient. `times`: (round begin, fault, steady again), µs since the
+/// epoch; `names`: pod IP → pod; `clients`: Redis client address → (pod, PID).
+#[allow(clippy::too_many_arguments)]
+fn who_wrote(
+    writes: &[audit::Write],
+    redis: &[Monitored],
+    install: &Install,
+    client: &str,
+    first: &Option<&audit::Write>,
+    old_ip: &str,
+    (t_begin, t_fault, t_steady): (i64, i64, i64),
+    names: BTreeMap<String, String>,
+    clients: redis_monitor::Clients,
+    thaw: Option<Thaw>,
+) -> WhoWrote {
+    use pme_testkit::node::writers::{self, OpWrite, Store};
+    let holders =
+        audit::Holders::from_writes(writes, &install.namespace, install.election.lease_name());
+    let ops = writers::operator_writes(writes, redis, &install.user(), t_begin, t_steady);
+    let pod = |ip: &str| names.get(ip).cloned().unwrap_or_else(|| ip.to_owned());
+    let writer = |w: &OpWrite| match w.port.and_then(|port| clients.get(&(w.ip.clone(), port))) {
+        Some((p, pid)) => format!("{p}/pid{pid}"),
+        None => pod(&w.ip),
+    };
+    let describe = |w: &OpWrite, at: i64, since: &str| {
+        format!(
+            "{} {}{} from {} at +{} ms {since}",
+            match w.store {
+                Store::Api => "api",
+                Store::Redis => "redis",
+            },
+            w.what,
+            w.code
+                .filter(|_| !w.admitted)
+                .map_or(String::new(), |c| format!(" (answered {c})")),
+            writer(w),
+            (w.t_us - at) / 1000
+        )
+    };
+    // The round's own client in Redis too: whichever store heard of it first.
+    // Passmower's client ID: `<namespace>.<name>`.
+    let client_key = format!("oidc:Client:{}.{client}", install.namespace);
+    let first_redis = redis
+        .iter()
+        .find(|m| m.is_operator_write() && m.t_us >= t_fault && m.key() == client_key);
+    let (first_ip, first_at, first_name) = match (first, first_redis) {
+        (Some(w), Some(m)) if m.t_us < w.received_us => (
+            m.ip.clone(),
+            m.t_us,
+            clients
+                .get(&(m.ip.clone(), m.port))
+                .map(|(p, pid)| format!("{p}/pid{pid}")),
+        ),
+        (Some(w), _) => (w.source_ip.clone(), w.received_us, None),
+        (None, _) => (String::new(), 0, None),
+    };
+    let first_seen = first.is_some();
+    let handover = writers::handover(&ops, &holders, old_ip, t_fault);
+    let after: Vec<(&OpWrite, i64)> = writers::after_release(&ops, &holders, t_begin, t_steady);
+    let thaw = thaw.map(|t| {
+        let sent = writers::from_pod(&ops, &holders, old_ip, t.continued_us, t_steady);
+        let list = |admitted: bool| {
+            sent.iter()
+                .filter(|w| w.admitted == admitted)
+                .map(|w| describe(w, t.continued_us, "after the SIGCONT"))
+                .collect::<Vec<_>>()
+        };
+        ThawSeen {
+            pod: t.pod.clone(),
+            operating_ms: t
+                .last_operating_us
+                .map(|l| (l - t.continued_us) as f64 / 1000.0),
+            admitted: list(true),
+            refused: list(false),
+        }
+    });
+    // The timeline the first writer depends on: when the round's client was created and when
+    // a holder released the Lease, relative to the fault.
+    let created = writes
+        .iter()
+        .find(|w| {
+            w.verb == "create"
+                && w.resource == "oidcclients"
+                && w.name == client
+                && w.succeeded()
+                && w.user != install.user()
+        })
+        .map(|w| (w.received_us - t_fault) / 1000);
+    let releases = holders
+        .releases(t_begin, t_steady)
+        .into_iter()
+        .map(|(t, ip)| format!("{} at {:+} ms", pod(ip), (t - t_fault) / 1000))
+        .collect();
+    WhoWrote {
+        client_created_ms: created,
+        releases,
+        first_writer: first_seen.then(|| first_name.unwrap_or_else(|| pod(&first_ip))),
+        first_held: first_seen.then(|| holders.at(first_at) == Some(first_ip.as_str())),
+        first_old: first_seen.then(|| first_ip == old_ip),
+        handover_us: handover.map(|w| w.t_us),
+        handover_writer: handover.map(|w| format!("{}:{}", writer(w), w.what.replace(' ', "_"))),
+        non_holder_redis: writers::non_holder(&ops, &holders)
+            .into_iter()
+            .filter(|w| w.store == Store::Redis)
+            .map(|w| describe(w, t_fault, "after the fault"))
+            .collect(),
+        after_release_max_ms: after
+            .iter()
+            .map(|(_, d)| *d as f64 / 1000.0)
+            .reduce(f64::max),
+        after_release: after
+            .iter()
+            .map(|(w, d)| {
+                format!(
+                    "{} ({} ms after its release)",
+                    describe(w, t_fault, "after the fault"),
+                    d / 1000
+                )
+            })
+            .collect(),
+        thaw,
     }
 }
 
@@ -1736,6 +2099,25 @@ async fn demo_handover() {
         let _ = w.wait();
     }
     let tenures = assert_single_writer(node, &install);
+    say(&format!(
+        "passmower-elector status -n {} --deployment {}: what an operator sees now",
+        install.namespace,
+        passmower::NAME
+    ));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_passmower-elector"))
+        .arg("status")
+        .args(["-n", &install.namespace, "--deployment", passmower::NAME])
+        .env_clear()
+        .env("KUBECONFIG", node.admin_kubeconfig())
+        .output()
+        .expect("run status");
+    print!("{}", String::from_utf8_lossy(&status.stdout));
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "status after the demo: no working leader?\n{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     say(&format!(
         "done: {} leadership tenures in the audit log, none overlapping; the node is torn down now",
         tenures.len()

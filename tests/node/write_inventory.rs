@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write as _};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -26,64 +25,16 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
 use pme_testkit::node::audit::{self, now_us};
-use pme_testkit::node::config::{NODE_IP, REDIS_PORT};
+use pme_testkit::node::config::NODE_IP;
 use pme_testkit::node::email_login::{self, Login};
 use pme_testkit::node::passmower::{self, Generation, Install, Retrofit};
 use pme_testkit::node::single_writer::assert_single_writer;
 use pme_testkit::node::smtp::SmtpSink;
-use pme_testkit::node::{pods, report, Node};
+use pme_testkit::node::{pods, redis_monitor, report, Node};
 
 /// Flush interval given to every instance: short enough that a minute sees a dozen flushes.
 const FLUSH_SECONDS: &str = "5";
 const QUIET: Duration = Duration::from_secs(60);
-
-/// Redis commands that change data (everything else MONITOR shows is a read or a connection
-/// command).
-const REDIS_WRITES: &[&str] = &[
-    "SET",
-    "SETEX",
-    "PSETEX",
-    "SETNX",
-    "GETSET",
-    "GETDEL",
-    "DEL",
-    "UNLINK",
-    "EXPIRE",
-    "PEXPIRE",
-    "EXPIREAT",
-    "PEXPIREAT",
-    "PERSIST",
-    "HSET",
-    "HMSET",
-    "HSETNX",
-    "HDEL",
-    "HINCRBY",
-    "SADD",
-    "SREM",
-    "SMOVE",
-    "LPUSH",
-    "RPUSH",
-    "LPOP",
-    "RPOP",
-    "LREM",
-    "LTRIM",
-    "ZADD",
-    "ZREM",
-    "INCR",
-    "INCRBY",
-    "DECR",
-    "DECRBY",
-    "APPEND",
-    "RENAME",
-    "RENAMENX",
-    "XADD",
-    "PUBLISH",
-    "FLUSHDB",
-    "FLUSHALL",
-    "EVAL",
-    "EVALSHA",
-    "COPY",
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a minute and more on real pods; scripts/write-inventory.sh runs it per generation"]
@@ -95,7 +46,7 @@ async fn follower_write_inventory() {
     let started = now_us();
 
     let monitor_log = node.layout.path("redis-monitor.log");
-    let mut monitor = redis_monitor(node, &monitor_log);
+    let monitor = redis_monitor::Monitor::start(node, &monitor_log);
 
     // E-mail login on, its mail to a sink beside the node: a follower completes a sign-in.
     let sink = std::sync::Arc::new(SmtpSink::start(node).expect("start the SMTP sink"));
@@ -238,8 +189,7 @@ async fn follower_write_inventory() {
     });
     let ended = now_us();
     let tenures = assert_single_writer(node, &install);
-    let _ = monitor.kill();
-    let _ = monitor.wait();
+    drop(monitor);
 
     let writes = audit::read(&node.audit_log());
     let leader_at = |ip: &str, t: i64| {
@@ -284,10 +234,12 @@ async fn follower_write_inventory() {
     // The follower's Redis writes while it served the sign-in.
     let mut sign_in_redis: BTreeMap<String, usize> = BTreeMap::new();
     for line in monitor_text.lines() {
-        let Some((t_us, ip, cmd, key)) = parse_monitor(line) else {
+        let Some(m) = redis_monitor::parse(line) else {
             continue;
         };
-        if !REDIS_WRITES.contains(&cmd.as_str()) || !pod_ips.contains(&ip) || t_us < started {
+        let (t_us, ip, key) = (m.t_us, m.ip.clone(), m.key().to_owned());
+        let cmd = m.command.clone();
+        if !m.is_write() || !pod_ips.contains(&ip) || t_us < started {
             continue;
         }
         let role = if leader_at(&ip, t_us) {
@@ -405,36 +357,6 @@ fn key_pattern(key: &str, ns: &str) -> String {
         [a, b, _] => format!("{a}:{b}:*"),
         _ => key.to_owned(),
     }
-}
-
-/// `1700000000.123456 [1 10.88.0.5:41234] "SET" "key" ...` → (µs, client IP, command, key).
-fn parse_monitor(line: &str) -> Option<(i64, String, String, String)> {
-    let (ts, rest) = line.split_once(' ')?;
-    let t_us = (ts.parse::<f64>().ok()? * 1e6) as i64;
-    let rest = rest.strip_prefix('[')?;
-    let (who, rest) = rest.split_once("] ")?;
-    let addr = who.split_whitespace().nth(1)?;
-    let ip = addr.rsplit_once(':')?.0.to_owned();
-    let mut words = rest.split("\" \"");
-    let cmd = words.next()?.trim_matches('"').to_ascii_uppercase();
-    let key = words
-        .next()
-        .unwrap_or_default()
-        .trim_matches('"')
-        .to_owned();
-    Some((t_us, ip, cmd, key))
-}
-
-/// `redis-cli MONITOR` against the node's Redis, inside the node's namespaces, to `log`.
-fn redis_monitor(node: &Node, log: &std::path::Path) -> std::process::Child {
-    let file = std::fs::File::create(log).expect("create the monitor log");
-    let mut cmd = Command::new("redis-cli");
-    cmd.args(["-h", NODE_IP, "-p", &REDIS_PORT.to_string(), "monitor"])
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(Stdio::null());
-    node.ns.enter(&mut cmd, &node.layout.dir, &[]);
-    pme_testkit::process::spawn_tracked(cmd).expect("run redis-cli monitor")
 }
 
 fn user_resource() -> ApiResource {

@@ -325,6 +325,7 @@ fn write(ip: &str, at: i64, code: i32) -> Write {
         name: "app".into(),
         code,
         lease_holder: None,
+        dry_run: false,
     }
 }
 

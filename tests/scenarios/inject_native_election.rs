@@ -148,3 +148,33 @@ fn fence_only_warns_that_an_unreadable_tag_may_have_no_election() {
         out.stderr
     );
 }
+
+/// `fence-only` adds no container, so a development build runs it without `--image` (the one
+/// mode a 2.4 user can deploy before anything is built): the same objects as with an image.
+#[test]
+fn fence_only_runs_without_an_image() {
+    let input = golden("passmower-2.4.in.yaml");
+    let args = [
+        "inject",
+        "--namespace=auth",
+        "--passmower-election=fence-only",
+    ];
+    let out = crate::golden::run(&args, &input, &[]);
+    assert_eq!(out.status, ExitStatus::Code(0), "{}", out.stderr);
+    let with_image = inject(&args[1..], &input, &[]);
+    assert_eq!(
+        with_image.status,
+        ExitStatus::Code(0),
+        "{}",
+        with_image.stderr
+    );
+    assert_eq!(out.stdout, with_image.stdout);
+    // The other modes still need one.
+    let ours = crate::golden::run(
+        &["inject", "--namespace=auth", "--passmower-election=ours"],
+        &input,
+        &[],
+    );
+    assert_eq!(ours.status, ExitStatus::Code(2), "{}", ours.stderr);
+    assert!(ours.stderr.contains("--image"), "{}", ours.stderr);
+}

@@ -12,6 +12,7 @@ mod docs;
 mod fence_coverage;
 mod golden;
 mod harness;
+mod harness_writers;
 mod inject_app_user;
 mod inject_budget;
 mod inject_errors;

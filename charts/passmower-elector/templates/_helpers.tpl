@@ -153,6 +153,37 @@ VALUE), as src/inject/guard.rs writes it (has_entry).
 {{- printf "has(%s.%s) && %s in %s.%s && %s.%s[%s] == %s" $parent $field $key $parent $field $parent $field $key $value -}}
 {{- end -}}
 
+{{- define "passmower-elector.podGuardName" -}}
+{{- printf "passmower-elector-pod-guard.%s.%s" .Release.Namespace (include "passmower-elector.passmowerFullname" .) | trunc 253 | trimSuffix "." | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+CEL: the admission webhook would inject the pod whose metadata and spec are at META and SPEC
+(a Deployment's template, or a Pod): an opt-out label or annotation wins, then a pod label or
+the namespace's label opts in; a pod without the container to wrap, or with the markers of an
+earlier injection, is skipped (src/webhook/admit.rs). Called with (list ROOT META SPEC), as
+src/inject/guard.rs writes it (webhook_injects_at).
+*/}}
+{{- define "passmower-elector.webhookInjects" -}}
+{{- $root := index . 0 -}}{{- $tpl := index . 1 -}}{{- $spec := index . 2 -}}
+{{- $label := $root.Values.webhookOptIn.label -}}
+{{- $optedOut := printf "has(%s) && ((%s) || (%s))" $tpl (include "passmower-elector.celHasEntry" (list $tpl "labels" $label "disabled")) (include "passmower-elector.celHasEntry" (list $tpl "annotations" "passmower-elector.io/inject" "disabled")) -}}
+{{- $podOptsIn := printf "has(%s) && %s" $tpl (include "passmower-elector.celHasEntry" (list $tpl "labels" $label $root.Values.webhookOptIn.value)) -}}
+{{- $namespaceOptsIn := printf "namespaceObject != null && %s" (include "passmower-elector.celHasEntry" (list "namespaceObject.metadata" "labels" $label $root.Values.webhookOptIn.value)) -}}
+{{- $annotation := "'passmower-elector.io/container'" -}}
+{{- $hasContainer := printf "has(%s) && has(%s.annotations) && %s in %s.annotations ? %s.containers.exists(c, c.name == %s.annotations[%s]) : %s.containers.exists(c, c.name == %s)" $tpl $tpl $annotation $tpl $spec $tpl $annotation $spec (squote $root.Values.webhookOptIn.container) -}}
+{{- $ours := "['passmower-elector', 'passmower-elector-install']" -}}
+{{- $notInjectedYet := printf "!(has(%s) && has(%s.annotations) && 'passmower-elector.io/injected' in %s.annotations) && !%s.containers.exists(c, c.name in %s) && !(has(%s.initContainers) && %s.initContainers.exists(c, c.name in %s)) && !(has(%s.volumes) && %s.volumes.exists(v, v.name in ['passmower-elector-grant', 'passmower-elector-bin']))" $tpl $tpl $tpl $spec $ours $spec $spec $ours $spec $spec -}}
+{{- printf "!(%s) && ((%s) || (%s)) && (%s) && (%s)" $optedOut $podOptsIn $namespaceOptsIn $hasContainer $notInjectedYet -}}
+{{- end -}}
+
+{{/*
+Whether the admission webhook never injects the release's namespace: "true" or "".
+*/}}
+{{- define "passmower-elector.webhookExcluded" -}}
+{{- if has .Release.Namespace (concat (list "kube-system" "kube-public" "kube-node-lease") (.Values.webhookOptIn.excludeNamespaces | default list)) }}true{{ end -}}
+{{- end -}}
+
 {{- define "passmower-elector.guardLabels" -}}
 app.kubernetes.io/name: passmower-elector
 app.kubernetes.io/component: replica-guard

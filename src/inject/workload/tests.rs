@@ -719,3 +719,15 @@ fn an_image_of_unknown_user_without_run_as_user_is_warned_about() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("runAsNonRoot without runAsUser"));
 }
+
+#[test]
+fn an_install_without_a_fence_does_not_check_for_one() {
+    let off = "--write-fence-check=off".to_owned();
+    let fenced = rewritten(DEPLOYMENT, &opts()).0;
+    assert!(!elector_args(&fenced).contains(&off));
+    let unfenced = InjectOptions {
+        fence: false,
+        ..opts()
+    };
+    assert!(elector_args(&rewritten(DEPLOYMENT, &unfenced).0).contains(&off));
+}

@@ -28,6 +28,8 @@ pub struct Write {
     pub code: i32,
     /// For Leases: `spec.holderIdentity` in the response (empty for a released Lease).
     pub lease_holder: Option<String>,
+    /// A dry run (`dryRun=All` in the request URI): admitted or not, it changed nothing.
+    pub dry_run: bool,
 }
 
 impl Write {
@@ -35,18 +37,28 @@ impl Write {
         (200..300).contains(&self.code)
     }
 
-    /// A write Passmower's operators make: its custom resources (and their status), the
-    /// Secrets and Pods it creates. Not Leases or Events, which the elector writes, and not
-    /// OIDCUsers: the HTTP side of every replica creates and patches them on a sign-in, so the
-    /// audit log cannot tell the user operator's writes to them from a request's (the write
-    /// fence leaves them alone for the same reason).
+    /// A write Passmower's operators make: its custom resources (and their status, the SCIM
+    /// connections and user event hooks among them), the Secrets and Pods it creates, the Jobs
+    /// of the event hooks and the Traefik middlewares of middleware clients. Not Leases or
+    /// Events, which the elector writes, and not OIDCUsers: the HTTP side of every replica
+    /// creates and patches them on a sign-in, so the audit log cannot tell the user operator's
+    /// writes to them from a request's (the write fence leaves them alone for the same reason).
+    /// A dry run is no write.
     pub fn is_operator_write(&self) -> bool {
-        (self.api_group == "codemowers.cloud" && self.resource != "oidcusers")
-            || (self.api_group.is_empty() && matches!(self.resource.as_str(), "secrets" | "pods"))
+        !self.dry_run
+            && ((self.api_group == "codemowers.cloud" && self.resource != "oidcusers")
+                || (self.api_group.is_empty()
+                    && matches!(self.resource.as_str(), "secrets" | "pods"))
+                || (self.api_group == "batch" && self.resource == "jobs")
+                || matches!(
+                    self.api_group.as_str(),
+                    "traefik.io" | "traefik.containo.us"
+                ))
     }
 
+    /// A write to a Lease that took effect or was refused; a dry run (a probe) is none.
     pub fn is_lease_write(&self) -> bool {
-        self.api_group == "coordination.k8s.io" && self.resource == "leases"
+        !self.dry_run && self.api_group == "coordination.k8s.io" && self.resource == "leases"
     }
 }
 
@@ -66,6 +78,8 @@ struct Event {
     stage_timestamp: String,
     #[serde(default)]
     response_object: Option<serde_json::Value>,
+    #[serde(default, rename = "requestURI")]
+    request_uri: String,
 }
 
 #[derive(Deserialize)]
@@ -96,7 +110,8 @@ struct Status {
 }
 
 /// Every completed write in the log (lines that do not parse are skipped: the last one may
-/// be half-written while the apiserver runs).
+/// be half-written while the apiserver runs). Dry runs are kept, marked (the elector's
+/// write-fence check is one): they are neither operator writes nor Lease writes.
 pub fn read(path: &Path) -> Vec<Write> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut writes = Vec::new();
@@ -141,10 +156,22 @@ pub fn read(path: &Path) -> Vec<Write> {
             name: r.name,
             code: e.response_status.map(|s| s.code).unwrap_or(0),
             lease_holder,
+            dry_run: is_dry_run(&e.request_uri),
         });
     }
     writes.sort_by_key(|w| w.received_us);
     writes
+}
+
+/// Whether request URI `uri` asks for a dry run: a `dryRun` query parameter with a value
+/// (`All`, the only one the apiserver accepts, which it refuses rather than ignores if wrong).
+pub fn is_dry_run(uri: &str) -> bool {
+    uri.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(k, v)| k == "dryRun" && !v.is_empty())
+        })
+    })
 }
 
 /// `2026-12-01T03:04:05.123456Z` → microseconds since the epoch (UTC only, as the apiserver
@@ -316,11 +343,82 @@ pub fn operator_writes_from<'a>(
     )
 }
 
+/// Who Lease `namespace/lease` named, from its successful writes: the pod (source address) of
+/// the last write that set a holder, until a write releases the Lease or names another. No
+/// grace for an old holder and no expiry: what the write fence would allow, whichever election
+/// runs. Lease writes come from the holder's own pod (Passmower's election in the app, ours in
+/// the sidecar), so the address names the pod.
+#[derive(Clone, Debug, Default)]
+pub struct Holders {
+    /// (received µs, holder's address; `None`: released), in time order.
+    changes: Vec<(i64, Option<String>)>,
+}
+
+impl Holders {
+    pub fn from_writes(writes: &[Write], namespace: &str, lease: &str) -> Holders {
+        let mut lease_writes: Vec<&Write> = writes
+            .iter()
+            .filter(|w| {
+                w.succeeded() && w.is_lease_write() && w.namespace == namespace && w.name == lease
+            })
+            .collect();
+        lease_writes.sort_by_key(|w| w.received_us);
+        let mut changes: Vec<(i64, Option<String>)> = Vec::new();
+        for w in lease_writes {
+            let Some(holder) = &w.lease_holder else {
+                continue;
+            };
+            let now = (!holder.is_empty()).then(|| w.source_ip.clone());
+            if changes.last().is_none_or(|(_, h)| *h != now) {
+                changes.push((w.received_us, now));
+            }
+        }
+        Holders { changes }
+    }
+
+    /// The holder's address at `t_us` (`None`: released, or no write seen yet).
+    pub fn at(&self, t_us: i64) -> Option<&str> {
+        self.changes
+            .iter()
+            .take_while(|(t, _)| *t <= t_us)
+            .last()
+            .and_then(|(_, h)| h.as_deref())
+    }
+
+    /// The first pod other than `ip` named after `t_us`: (when, its address).
+    pub fn first_other_after(&self, t_us: i64, ip: &str) -> Option<(i64, &str)> {
+        self.changes
+            .iter()
+            .filter(|(t, _)| *t > t_us)
+            .find_map(|(t, h)| h.as_deref().filter(|h| *h != ip).map(|h| (*t, h)))
+    }
+
+    /// The releases in `[from_us, to_us]`: writes that cleared the holder, made by the pod
+    /// that held it (when, its address).
+    pub fn releases(&self, from_us: i64, to_us: i64) -> Vec<(i64, &str)> {
+        self.changes
+            .windows(2)
+            .filter_map(|w| {
+                let ((_, before), (t, after)) = (&w[0], &w[1]);
+                let ip = before.as_deref()?;
+                (after.is_none() && (from_us..=to_us).contains(t)).then_some((*t, ip))
+            })
+            .collect()
+    }
+
+    /// When `ip` was named next after `t_us` (it leads again).
+    pub fn next_named(&self, ip: &str, t_us: i64) -> Option<i64> {
+        self.changes
+            .iter()
+            .find(|(t, h)| *t > t_us && h.as_deref() == Some(ip))
+            .map(|(t, _)| *t)
+    }
+}
+
 /// Operator writes by `user` that the apiserver admitted (2xx), received in `[from_us, to_us]`,
-/// from a pod the Lease `namespace/lease` did not name at that instant: the holder is the pod
-/// (source address) of the last successful Lease write that set it, until a write releases the
-/// Lease or names another. No grace for an old holder: what the fence would refuse, whichever
-/// election runs, and the writes two operators at once can land.
+/// from a pod the Lease `namespace/lease` did not name at that instant (see [`Holders`]): what
+/// the fence would refuse, whichever election runs, and the writes two operators at once can
+/// land.
 pub fn non_holder_operator_writes<'a>(
     writes: &'a [Write],
     namespace: &str,
@@ -329,26 +427,18 @@ pub fn non_holder_operator_writes<'a>(
     from_us: i64,
     to_us: i64,
 ) -> Vec<&'a Write> {
-    let mut by_time: Vec<&Write> = writes.iter().collect();
-    by_time.sort_by_key(|w| w.received_us);
-    let mut holder_ip: Option<String> = None;
-    let mut out = Vec::new();
-    for w in by_time {
-        if w.succeeded() && w.is_lease_write() && w.namespace == namespace && w.name == lease {
-            if let Some(holder) = &w.lease_holder {
-                holder_ip = (!holder.is_empty()).then(|| w.source_ip.clone());
-            }
-            continue;
-        }
-        if w.user == user
-            && w.is_operator_write()
-            && w.succeeded()
-            && (from_us..=to_us).contains(&w.received_us)
-            && holder_ip.as_deref() != Some(w.source_ip.as_str())
-        {
-            out.push(w);
-        }
-    }
+    let holders = Holders::from_writes(writes, namespace, lease);
+    let mut out: Vec<&Write> = writes
+        .iter()
+        .filter(|w| {
+            w.user == user
+                && w.is_operator_write()
+                && w.succeeded()
+                && (from_us..=to_us).contains(&w.received_us)
+                && holders.at(w.received_us) != Some(w.source_ip.as_str())
+        })
+        .collect();
+    out.sort_by_key(|w| w.received_us);
     out
 }
 
@@ -385,4 +475,23 @@ pub fn operator_writes_by_ip<'a>(
         by_ip.entry(w.source_ip.clone()).or_default().push(w);
     }
     by_ip
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dry_run_is_told_from_a_write_by_its_query() {
+        assert!(is_dry_run(
+            "/api/v1/namespaces/auth/secrets?dryRun=All&fieldManager=passmower-elector-fence-check"
+        ));
+        assert!(is_dry_run(
+            "/api/v1/namespaces/auth/secrets?fieldManager=x&dryRun=All"
+        ));
+        assert!(!is_dry_run("/api/v1/namespaces/auth/secrets"));
+        assert!(!is_dry_run(
+            "/api/v1/namespaces/auth/secrets?fieldManager=dryRun"
+        ));
+    }
 }

@@ -427,8 +427,9 @@ const TOKENS: &[(&str, &str)] = &[
 ];
 
 /// Writes by ServiceAccounts outside kube-system (the pods under test): Lease writes with
-/// their bodies (the holder), every other write as metadata (who, what, when, from where).
-/// Nothing else is logged.
+/// their bodies (the holder), every other write as metadata (who, what, when, from where); and
+/// the tests' own creates of OIDCClients (when each was created, against the writes it
+/// caused). Nothing else is logged.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted, Panic]
@@ -442,6 +443,10 @@ rules:
 - level: Metadata
   userGroups: ["system:serviceaccounts"]
   verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  users: ["pme-admin"]
+  verbs: [create]
+  resources: [{group: codemowers.cloud, resources: [oidcclients]}]
 - level: None
 "#;
 

@@ -152,8 +152,9 @@ impl Generation {
 }
 
 /// Who decides which pod runs Passmower's operators, from `PME_ELECTION_MODE` (default
-/// `ours`). `upstream` and `fence-only` need generation 2.4 (Passmower's own election) and the
-/// post-renderer; they are what the side-by-side comparison (`scripts/side-by-side.sh`) sets.
+/// `ours`). `upstream`, `upstream-sigterm` and `fence-only` need generation 2.4 (Passmower's own
+/// election) and the post-renderer; they are what the side-by-side comparison
+/// (`scripts/side-by-side.sh`) sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElectionMode {
     /// `inject` as it defaults: our elector and supervisor, `LEADER_ELECTION_ENABLED=false`.
@@ -163,22 +164,34 @@ pub enum ElectionMode {
     FenceOnly,
     /// No `inject` at all: Passmower 2.4's own election alone, with what upstream's 2.4 chart
     /// adds and this tree's chart lacks (Lease RBAC, `POD_NAME`, `LEADER_ELECTION_ENABLED`),
-    /// added by the test.
+    /// added by the test. The image's command is upstream's shell form (`/bin/sh -c "node
+    /// --no-warnings src/app.js"`): the shell is PID 1, stays the parent of node and, as PID 1
+    /// with no handler, drops the kubelet's SIGTERM, so Passmower never releases its Lease on a
+    /// stop. What a user of upstream's image gets.
     Upstream,
+    /// [`ElectionMode::Upstream`] with the app container's command in exec form
+    /// ([`EXEC_FORM_COMMAND`]): node is PID 1, gets the SIGTERM and releases the Lease. What a
+    /// user gets with that override (or an init); upstream's election at its best.
+    UpstreamSigterm,
 }
 
+/// The app container's command in [`ElectionMode::UpstreamSigterm`]: the image's own, in exec
+/// form, so that node itself is PID 1 and receives the kubelet's SIGTERM.
+pub const EXEC_FORM_COMMAND: [&str; 3] = ["node", "--no-warnings", "src/app.js"];
+
 impl ElectionMode {
-    /// `PME_ELECTION_MODE`: `ours` (or unset), `fence-only` or `upstream`. Panics naming the
-    /// variable and the allowed values on anything else.
+    /// `PME_ELECTION_MODE`: `ours` (or unset), `fence-only`, `upstream` or `upstream-sigterm`.
+    /// Panics naming the variable and the allowed values on anything else.
     pub fn from_env() -> ElectionMode {
         let v = std::env::var("PME_ELECTION_MODE").unwrap_or_default();
         match v.trim() {
             "" | "ours" => ElectionMode::Ours,
             "fence-only" => ElectionMode::FenceOnly,
             "upstream" => ElectionMode::Upstream,
-            _ => {
-                panic!("PME_ELECTION_MODE={v:?}: allowed values are ours, fence-only and upstream")
-            }
+            "upstream-sigterm" => ElectionMode::UpstreamSigterm,
+            _ => panic!(
+                "PME_ELECTION_MODE={v:?}: allowed values are ours, fence-only, upstream and upstream-sigterm"
+            ),
         }
     }
 
@@ -187,7 +200,18 @@ impl ElectionMode {
             ElectionMode::Ours => "ours",
             ElectionMode::FenceOnly => "fence-only",
             ElectionMode::Upstream => "upstream",
+            ElectionMode::UpstreamSigterm => "upstream-sigterm",
         }
+    }
+
+    /// Whether Passmower's own election decides (no elector of ours in the pods).
+    pub fn passmowers_own(self) -> bool {
+        self != ElectionMode::Ours
+    }
+
+    /// Whether the install has no `inject` at all (upstream's election alone).
+    pub fn upstream_alone(self) -> bool {
+        matches!(self, ElectionMode::Upstream | ElectionMode::UpstreamSigterm)
     }
 
     /// The Lease that names the pod running the operators: ours (the workload's name, inject's
@@ -195,7 +219,9 @@ impl ElectionMode {
     pub fn lease_name(self) -> &'static str {
         match self {
             ElectionMode::Ours => NAME,
-            ElectionMode::FenceOnly | ElectionMode::Upstream => UPSTREAM_LEASE,
+            ElectionMode::FenceOnly | ElectionMode::Upstream | ElectionMode::UpstreamSigterm => {
+                UPSTREAM_LEASE
+            }
         }
     }
 }
@@ -287,7 +313,7 @@ impl Install {
         let image = node.passmower_image();
         let client = node.admin_client().await;
         create_secrets(&client, &ns, redis_db).await;
-        if election == ElectionMode::Upstream {
+        if election.upstream_alone() {
             grant_upstream_lease(&client, &ns).await;
         }
 
@@ -320,11 +346,20 @@ impl Install {
             // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
             // npm registry (see build-node-images.sh); the oidc-keys Secret is made above.
             .arg("--no-hooks");
-        let inject = (retrofit == Retrofit::PostRenderer && election != ElectionMode::Upstream)
+        let inject = (retrofit == Retrofit::PostRenderer && !election.upstream_alone())
             .then_some((sidecar.as_str(), TIMINGS));
+        let exec_form;
+        let mut stages = stages.to_vec();
+        if election == ElectionMode::UpstreamSigterm {
+            exec_form = SET_COMMAND_PY.replace(
+                "@COMMAND@",
+                &serde_json::json!(EXEC_FORM_COMMAND).to_string(),
+            );
+            stages.push(("set-command.py", exec_form.as_str()));
+        }
         if inject.is_some() || !env.is_empty() || !stages.is_empty() {
             helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, inject, election, &ns, &env, stages));
+                .arg(post_renderer(&dir, inject, election, &ns, &env, &stages));
         }
         for s in &sets {
             helm.arg("--set").arg(s);
@@ -724,6 +759,20 @@ fn post_renderer(
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod post-renderer");
     path
 }
+
+/// Sets the `passmower` container's `command` of every Deployment read from stdin to `@COMMAND@`
+/// (a JSON list): what a user writes to override the image's shell-form entrypoint.
+const SET_COMMAND_PY: &str = r#"import json, sys, yaml
+command = json.loads('@COMMAND@')
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d is not None]
+for d in docs:
+    if d.get("kind") != "Deployment":
+        continue
+    for c in d["spec"]["template"]["spec"].get("containers", []):
+        if c.get("name") == "passmower":
+            c["command"] = command
+yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+"#;
 
 /// Adds (or replaces) environment variables in the `passmower` container of every
 /// Deployment read from stdin; `@ENV@` is a JSON list of Kubernetes EnvVar objects.
