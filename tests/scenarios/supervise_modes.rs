@@ -129,6 +129,11 @@ fn pushes_switch_the_app_and_are_answered_once_in_effect() {
         (Some("leader"), Some("leader"))
     );
     let leader_pid = m["child_pid"].as_i64().expect("pid") as i32;
+    // The app records its own start once it runs, which on a loaded machine may be a moment
+    // after the supervisor spawned it and answered.
+    wait_until(LIMIT, POLL, || {
+        sb.starts().last() == Some(&(leader_pid, "leader".to_owned()))
+    });
     assert_eq!(sb.starts().last(), Some(&(leader_pid, "leader".to_owned())));
     let ack = sb.ack().expect("ack");
     assert_eq!(
