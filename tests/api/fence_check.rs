@@ -23,17 +23,6 @@ use pme_testkit::{free_port, wait_until, Cluster, ElectorProcess, TestNs};
 
 const SA: &str = pme_testkit::cluster::ELECTOR_SERVICE_ACCOUNT;
 
-const TIMINGS: [&str; 8] = [
-    "--lease-duration",
-    "6s",
-    "--renew-deadline",
-    "3s",
-    "--retry-period",
-    "500ms",
-    "--kill-grace",
-    "1s",
-];
-
 struct PodElector {
     pod: FakePod,
     probe: u16,
@@ -46,7 +35,7 @@ fn start(ns: &TestNs, pod: FakePod) -> PodElector {
     let probe = free_port();
     let flag = dir.path().join("grant.json");
     let probe_addr = format!("127.0.0.1:{probe}");
-    let mut args = vec![
+    let args = vec![
         "--lease-name",
         &ns.lease_name,
         "--probe-addr",
@@ -56,7 +45,8 @@ fn start(ns: &TestNs, pod: FakePod) -> PodElector {
         "--write-fence-check",
         "1s",
     ];
-    args.extend_from_slice(&TIMINGS);
+    // The default timings (renew every 2s, deadline 10s): a loaded machine must not move the
+    // Lease in the middle of a step.
     let elector = ElectorProcess::elect_in_pod(
         &pod.name,
         Some(&pod.uid),
@@ -116,6 +106,19 @@ async fn event_reasons(admin: &kube::Client, ns: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits (bounded) for an Event of `reason` in `ns`: the elector records Events in the
+/// background, after its metric has changed. Returns every reason seen.
+async fn wait_event(admin: &kube::Client, ns: &str, reason: &str) -> (bool, Vec<String>) {
+    for _ in 0..75 {
+        let reasons = event_reasons(admin, ns).await;
+        if reasons.iter().any(|r| r == reason) {
+            return (true, reasons);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (false, event_reasons(admin, ns).await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_elector_reports_a_missing_an_active_and_a_foreign_write_fence() {
     let cluster = Cluster::shared();
@@ -157,16 +160,15 @@ async fn the_elector_reports_a_missing_an_active_and_a_foreign_write_fence() {
         Duration::from_secs(30),
         "no fence installed",
     );
-    assert_eq!(
-        fence_state(leader),
-        Some("unknown"),
-        "a leader's admitted write says nothing about the fence"
-    );
-    let reasons = event_reasons(&admin, &ns.name).await;
-    assert!(
-        reasons.iter().any(|r| r == "WriteFenceMissing"),
-        "no WriteFenceMissing Event: {reasons:?}"
-    );
+    // A leader's admitted write says nothing about the fence (while it has led throughout).
+    if holder(&admin, &ns)
+        .await
+        .starts_with(&format!("{leader_name}_"))
+    {
+        assert_eq!(fence_state(leader), Some("unknown"));
+    }
+    let (seen, reasons) = wait_event(&admin, &ns.name, "WriteFenceMissing").await;
+    assert!(seen, "no WriteFenceMissing Event: {reasons:?}");
 
     // 2. The install's fence: the follower is refused by its Lease.
     let policy = install_fence(&admin, &ns).await;
@@ -176,9 +178,9 @@ async fn the_elector_reports_a_missing_an_active_and_a_foreign_write_fence() {
         Duration::from_secs(30),
         "the install's fence",
     );
-    let reasons = event_reasons(&admin, &ns.name).await;
+    let (seen, reasons) = wait_event(&admin, &ns.name, "WriteFenceActive").await;
     assert!(
-        reasons.iter().any(|r| r == "WriteFenceActive"),
+        seen,
         "no WriteFenceActive Event after the recovery: {reasons:?}"
     );
 
@@ -219,10 +221,7 @@ async fn the_elector_reports_a_missing_an_active_and_a_foreign_write_fence() {
         Duration::from_secs(30),
         "a fence of another install's Lease, at the follower",
     );
-    let reasons = event_reasons(&admin, &ns.name).await;
-    assert!(
-        reasons.iter().any(|r| r == "WriteFenceForeign"),
-        "no WriteFenceForeign Event: {reasons:?}"
-    );
+    let (seen, reasons) = wait_event(&admin, &ns.name, "WriteFenceForeign").await;
+    assert!(seen, "no WriteFenceForeign Event: {reasons:?}");
     remove_fence(&admin, &policy).await;
 }
