@@ -46,8 +46,8 @@ pub use names::{
 pub use native_election::PassmowerElection;
 pub use options::{
     check_idle_namespace, check_leader_selector, image_howto, parse_app_command, AppOnChange,
-    InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LONG_ABOUT,
-    PROJECT_IMAGE_REPOSITORY,
+    InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LEASE_BRIDGE_MIN_KILL_GRACE,
+    LONG_ABOUT, PROJECT_IMAGE_REPOSITORY,
 };
 pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use rbac::{deny_policy_name, elector_lease_rules};

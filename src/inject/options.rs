@@ -40,7 +40,17 @@ pub enum AppOnChange {
     /// The app is restarted with the other environment on every change (HTTP is down while it
     /// boots); for apps of which two instances cannot run in one pod.
     Restart,
+    /// One Passmower process per pod, for the generations that elect themselves (2.4 and later):
+    /// its own election stays on and is answered from the pod's grant
+    /// (`supervise --on-change=lease-bridge`). An app whose election does not read its Lease
+    /// through the bridge is refused by the supervisor at start.
+    LeaseBridge,
 }
+
+/// The shortest kill grace `supervise --on-change=lease-bridge` takes (it refuses less, exit 2,
+/// at the pod's start): refused here first, when the manifest is written.
+/// `tests/scenarios/inject_lease_bridge.rs` holds the two together.
+pub const LEASE_BRIDGE_MIN_KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// `inject --help`: what it does and the command lines for each tool.
 pub const LONG_ABOUT: &str =
@@ -96,8 +106,10 @@ pub struct SidecarArgs {
     pub app_command: Option<String>,
     /// How the app goes between follower and leader: `leader-instance` (it keeps serving; a
     /// second, operator-only instance runs beside it while leader, its Node.js listeners moved
-    /// to loopback) or `restart` (restarted on every change, HTTP down while it boots). Default:
-    /// `leader-instance` for container `passmower`, else `restart`.
+    /// to loopback), `restart` (restarted on every change, HTTP down while it boots) or
+    /// `lease-bridge` (Passmower 2.4 and later: one process per pod whose own election follows
+    /// the pod's grant; kill grace at least 3s). Default: `leader-instance` for container
+    /// `passmower`, else `restart`.
     #[arg(long, env = "ELECTOR_ON_CHANGE", value_enum)]
     pub on_change: Option<AppOnChange>,
     /// With `leader-instance`: no warm standby. By default `supervise --leader-standby` keeps the
@@ -652,6 +664,20 @@ impl InjectOptions {
     /// Refuses options that would produce manifests the roles refuse at start, pods that can
     /// never start (no pullable image), or that break the follower's idleness.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.app_on_change() == AppOnChange::LeaseBridge
+            && self.kill_grace < LEASE_BRIDGE_MIN_KILL_GRACE
+        {
+            return Err(ConfigError::new(
+                "--kill-grace",
+                crate::config::human(self.kill_grace),
+                format!(
+                    "must be at least {} with --on-change=lease-bridge: the app's own election \
+                     takes a demotion in up to two of its 1s ticks after it, and a shorter grace \
+                     would kill it on every demotion",
+                    crate::config::human(LEASE_BRIDGE_MIN_KILL_GRACE)
+                ),
+            ));
+        }
         let image = self.image.trim();
         // fence-only adds no container: there is no image to name.
         let needs_image = self.passmower_election != PassmowerElection::FenceOnly;

@@ -431,6 +431,8 @@ fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
             flags
         }
         AppOnChange::Restart => Vec::new(),
+        // One process: nothing starts at a promotion, so there is no start to converge before.
+        AppOnChange::LeaseBridge => return vec!["--on-change=lease-bridge".to_owned()],
     };
     if opts.container == DEFAULT_CONTAINER {
         flags.push("--converge-oidc-clients".to_owned());

@@ -352,6 +352,11 @@ impl Link {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn inject_refuses_the_kill_grace_this_mode_refuses() {
+        assert_eq!(MIN_KILL_GRACE, crate::inject::LEASE_BRIDGE_MIN_KILL_GRACE);
+    }
+
     use super::*;
 
     fn at(s: u64) -> BootInstant {

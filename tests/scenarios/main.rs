@@ -18,6 +18,7 @@ mod inject_budget;
 mod inject_errors;
 mod inject_golden;
 mod inject_kustomize;
+mod inject_lease_bridge;
 mod inject_native_election;
 mod inject_standby;
 mod release;
