@@ -74,15 +74,9 @@ impl Consumer {
         if g.mode == Mode::Stopped {
             return Err((StatusCode::BAD_REQUEST, "\"stopped\" is for acks".into()));
         }
-        if g.mode == Mode::Leader
-            && (g.renew_deadline_ns == 0 || g.expiry() > now.saturating_add(g.renew_deadline()))
-        {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "leader grant expires further ahead than its renew deadline".into(),
-            ));
-        }
-        Ok(())
+        // The rule every consumer applies, as the supervisor does.
+        g.check_leader_bound(now)
+            .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))
     }
 
     fn authenticate(&self, g: &Grant) -> Result<(), (StatusCode, String)> {

@@ -110,7 +110,63 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Why a leader grant is not one an elector can mean (see [`Grant::check_leader_bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderBoundError {
+    /// A leader grant that announces no renew deadline: nothing bounds its expiry.
+    NoRenewDeadline,
+    /// It expires `ahead` from now, further than the `renew_deadline` it announces.
+    BeyondRenewDeadline {
+        ahead: Duration,
+        renew_deadline: Duration,
+    },
+}
+
+impl fmt::Display for LeaderBoundError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaderBoundError::NoRenewDeadline => {
+                f.write_str("a leader grant without renew_deadline_ns")
+            }
+            LeaderBoundError::BeyondRenewDeadline {
+                ahead,
+                renew_deadline,
+            } => write!(
+                f,
+                "the leader grant expires {}ns ahead, further than its renew deadline ({}ns)",
+                ahead.as_nanos(),
+                renew_deadline.as_nanos()
+            ),
+        }
+    }
+}
+
 impl Grant {
+    /// The rule every consumer of a grant applies, the one the whole safety argument rests on
+    /// (docs/design/safety.md): a leader grant may not expire further ahead of `now` than the
+    /// renew deadline R it announces. The elector grants until its send time + R and sent the
+    /// grant before anyone reads it, so a later expiry is no grant it made (a corrupted or
+    /// forged file, a clock that is not CLOCK_BOOTTIME). Follower and stopped objects pass.
+    /// The supervisor, the elector adopting its predecessor's grant and the example consumer
+    /// all call this.
+    pub fn check_leader_bound(&self, now: BootInstant) -> Result<(), LeaderBoundError> {
+        if self.mode != Mode::Leader {
+            return Ok(());
+        }
+        if self.renew_deadline_ns == 0 {
+            return Err(LeaderBoundError::NoRenewDeadline);
+        }
+        if self.expiry() > now.saturating_add(self.renew_deadline()) {
+            return Err(LeaderBoundError::BeyondRenewDeadline {
+                ahead: Duration::from_nanos(
+                    self.expires_boottime_ns.saturating_sub(now.as_nanos()),
+                ),
+                renew_deadline: self.renew_deadline(),
+            });
+        }
+        Ok(())
+    }
+
     /// A leader grant that lapses at `expires`.
     pub fn leader(
         holder: &str,
@@ -307,6 +363,31 @@ mod tests {
 
     fn order(incarnation: u64, seq: u64) -> Order {
         Order { incarnation, seq }
+    }
+
+    #[test]
+    fn a_leader_grant_may_expire_at_most_its_renew_deadline_ahead() {
+        let now = BootInstant::from_nanos(1_000_000_000_000);
+        let r = Duration::from_secs(10);
+        let k = Duration::from_secs(3);
+        let at = |ahead: Duration| {
+            Grant::leader("a", 1, order(1, 1), "l", now.saturating_add(ahead)).with_limits(r, k)
+        };
+        assert_eq!(at(r).check_leader_bound(now), Ok(()), "exactly R ahead");
+        assert_eq!(
+            at(r + Duration::from_nanos(1)).check_leader_bound(now),
+            Err(LeaderBoundError::BeyondRenewDeadline {
+                ahead: r + Duration::from_nanos(1),
+                renew_deadline: r
+            })
+        );
+        let unbounded = Grant::leader("a", 1, order(1, 1), "l", now);
+        assert_eq!(
+            unbounded.check_leader_bound(now),
+            Err(LeaderBoundError::NoRenewDeadline)
+        );
+        let follower = Grant::follower("a", 1, order(1, 1), "l");
+        assert_eq!(follower.check_leader_bound(now), Ok(()));
     }
 
     #[test]

@@ -94,21 +94,7 @@ pub fn admissible(g: &Grant, now: BootInstant) -> Result<(), String> {
     if g.kill_grace_ns == 0 {
         return Err("kill_grace_ns is missing or 0".into());
     }
-    if g.mode == Mode::Leader {
-        if g.renew_deadline_ns == 0 {
-            return Err("a leader grant without renew_deadline_ns".into());
-        }
-        let bound = now.saturating_add(g.renew_deadline());
-        if g.expiry() > bound {
-            return Err(format!(
-                "expires_boottime_ns {} lies {}ns ahead, further than the renew deadline ({}ns)",
-                g.expires_boottime_ns,
-                g.expires_boottime_ns.saturating_sub(now.as_nanos()),
-                g.renew_deadline_ns
-            ));
-        }
-    }
-    Ok(())
+    g.check_leader_bound(now).map_err(|e| e.to_string())
 }
 
 /// The kill grace to use: ours, but never longer than the elector's (`elector`, from the

@@ -52,8 +52,7 @@ pub fn read(flag_file: &Path, now: BootInstant) -> Option<Inheritance> {
 /// ahead than the renew deadline it announces (a supervisor refuses such a grant, so no app
 /// runs under it).
 fn leader_until(last: &Grant, now: BootInstant) -> Option<BootInstant> {
-    let bound = now.saturating_add(last.renew_deadline());
-    (last.mode == Mode::Leader && last.expiry() <= bound).then(|| last.expiry())
+    (last.mode == Mode::Leader && last.check_leader_bound(now).is_ok()).then(|| last.expiry())
 }
 
 /// What the consumer's ack says, if it verifies under `key`. A leader ack counts only for
