@@ -1,5 +1,6 @@
-//! The product's binary: where cargo built it, and one of its processes (a "pod"'s elector, a
-//! supervisor, a webhook) as a test's child, driven by PID with its output captured.
+//! The product's binary: where cargo built it, the command that runs it (or another
+//! architecture's build of it, through an emulator), and one of its processes (a "pod"'s
+//! elector, a supervisor, a webhook) as a test's child, driven by PID with its output captured.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -39,6 +40,68 @@ pub fn binary() -> &'static Path {
         );
         bin
     })
+}
+
+/// The product as a test runs it: a program and the arguments that come before the role.
+/// [`Product::native`] is [`binary`] itself; [`Product::from_env`] is another build of it
+/// (another architecture's), run through an emulator.
+#[derive(Clone, Debug)]
+pub struct Product {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+impl Product {
+    /// The binary cargo built for this run, executed directly.
+    pub fn native() -> Product {
+        Product {
+            program: binary().to_owned(),
+            args: Vec::new(),
+        }
+    }
+
+    /// `PME_ELECTOR_BINARY` (a build of the product, e.g. the arm64 release binary) run through
+    /// `PME_ELECTOR_RUNNER` (a command and its arguments split at whitespace, e.g.
+    /// `qemu-aarch64-static`; the binary directly when unset or empty), or `None` when
+    /// `PME_ELECTOR_BINARY` is unset. scripts/check-arm64.sh builds the arm64 binary and
+    /// prints its runner.
+    pub fn from_env() -> Option<Product> {
+        let bin = PathBuf::from(std::env::var_os("PME_ELECTOR_BINARY")?);
+        assert!(
+            bin.is_file(),
+            "PME_ELECTOR_BINARY={} is not a file",
+            bin.display()
+        );
+        let runner = std::env::var("PME_ELECTOR_RUNNER").unwrap_or_default();
+        let mut words = runner.split_whitespace();
+        Some(match words.next() {
+            None => Product {
+                program: bin,
+                args: Vec::new(),
+            },
+            Some(first) => Product {
+                program: PathBuf::from(first),
+                args: words
+                    .map(str::to_owned)
+                    .chain([bin
+                        .into_os_string()
+                        .into_string()
+                        .expect("PME_ELECTOR_BINARY is UTF-8")])
+                    .collect(),
+            },
+        })
+    }
+
+    /// The program and arguments `passmower-elector ARGS…` is run as.
+    pub fn command<'a>(&'a self, args: &[&'a str]) -> (&'a Path, Vec<&'a str>) {
+        let all = self
+            .args
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied())
+            .collect();
+        (&self.program, all)
+    }
 }
 
 /// A running `passmower-elector` process with its output captured to files. Killed (SIGKILL,
@@ -91,6 +154,21 @@ impl ElectorProcess {
         args: &[&str],
         customize: impl FnOnce(&mut Command),
     ) -> ElectorProcess {
+        let product = Product::native();
+        Self::elect_as(&product, pod, uid, ns, kubeconfig, args, customize)
+    }
+
+    /// As [`ElectorProcess::elect_in_pod`], running `product` (e.g. another architecture's
+    /// build under an emulator) instead of this run's binary.
+    pub fn elect_as(
+        product: &Product,
+        pod: &str,
+        uid: Option<&str>,
+        ns: &TestNs,
+        kubeconfig: &Path,
+        args: &[&str],
+        customize: impl FnOnce(&mut Command),
+    ) -> ElectorProcess {
         let mut all = vec!["elect"];
         all.extend_from_slice(args);
         let mut env = vec![
@@ -106,7 +184,8 @@ impl ElectorProcess {
         if !args.iter().any(|a| a.starts_with("--toggle-url")) {
             env.push(("ELECTOR_CONSUMER_CHECK", OsStr::new("none")));
         }
-        Self::spawn_program_customized(pod, binary(), &all, &env, customize)
+        let (program, all) = product.command(&all);
+        Self::spawn_program_customized(pod, program, &all, &env, customize)
     }
 
     /// Runs the binary with `args` (role first) and exactly `env` plus `PATH` and the

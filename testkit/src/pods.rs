@@ -16,6 +16,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::clock::BootTime;
+use crate::elector::Product;
 pub use crate::oracle::runs::AppRun;
 use crate::recording_app::{self, OnTerm, Program, RecordingApp};
 use crate::wait::POLL;
@@ -55,6 +56,9 @@ pub struct PodSpec {
     /// Whether its electors know the UID (`POD_UID`, as the downward API gives it); without
     /// it they never adopt.
     pub electors_know_uid: bool,
+    /// The product the pod's elector and supervisor run (another architecture's build under an
+    /// emulator, [`Product::from_env`]); this run's binary when `None`.
+    pub product: Option<Product>,
 }
 
 impl Default for PodSpec {
@@ -73,6 +77,7 @@ impl Default for PodSpec {
             uid: None,
             probe_addr: None,
             electors_know_uid: true,
+            product: None,
         }
     }
 }
@@ -296,7 +301,20 @@ impl Pod {
         }
         args.extend(self.spec.elector_flags.iter().map(String::as_str));
         args.extend_from_slice(extra);
-        ElectorProcess::elect_in_pod(&self.name, uid, &self.ns, &self.kubeconfig, &args, |_| {})
+        let product = self.product();
+        ElectorProcess::elect_as(
+            &product,
+            &self.name,
+            uid,
+            &self.ns,
+            &self.kubeconfig,
+            &args,
+            |_| {},
+        )
+    }
+
+    fn product(&self) -> Product {
+        self.spec.product.clone().unwrap_or_else(Product::native)
     }
 
     /// The UID the pod's electors are told, if any.
@@ -314,8 +332,12 @@ impl Pod {
     fn start_supervisor(&mut self) {
         let flag = self.flag_file().to_string_lossy().into_owned();
         let listen = format!("127.0.0.1:{}", self.port);
-        let mut args = vec![
-            crate::supervise::bin(),
+        let product = self.product();
+        let (program, prefix) = product.command(&[]);
+        let program = program.to_str().expect("the product's path is UTF-8");
+        let mut args = vec![program];
+        args.extend(prefix);
+        args.extend([
             "supervise",
             "--flag-file",
             &flag,
@@ -327,7 +349,7 @@ impl Pod {
             "MODE=follower",
             "--kill-grace",
             &self.spec.kill_grace,
-        ];
+        ]);
         args.extend(self.spec.supervisor_flags.iter().map(String::as_str));
         args.push("--");
         args.extend(self.app.iter().map(String::as_str));

@@ -14,6 +14,7 @@ mod converge_clients;
 mod election_scenarios;
 mod elector_api_requests;
 mod elector_probes;
+mod emulated_binary;
 mod fence;
 mod fence_check;
 mod follower_sweep;
