@@ -309,7 +309,7 @@ async fn lease_events(client: &Client, namespace: &str, lease: &str) -> Result<V
                     == Some(crate::elect::events::COMPONENT)
         })
         .collect();
-    events.sort_by_key(|e| super::report::event_time(e).map(|t| t.as_millisecond()));
+    events.sort_by_key(|e| event_time(e).map(|t| t.as_millisecond()));
     Ok(events)
 }
 
@@ -354,6 +354,16 @@ pub fn count_refusals(metrics: &str, policy: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
         .sum()
+}
+
+/// When an Event happened: its `eventTime`, else its last or first timestamp, else creation.
+pub fn event_time(e: &Event) -> Option<k8s_openapi::jiff::Timestamp> {
+    e.event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 #[cfg(test)]

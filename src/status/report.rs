@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::gather::{pod_of_identity, Gathered};
+use super::gather::{event_time, pod_of_identity, Gathered};
 use crate::elect::events::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
 use crate::election::identity::HolderIdentity;
 use crate::election::report as holder_report;
@@ -163,16 +163,6 @@ impl Report {
             1
         }
     }
-}
-
-/// When an Event happened: its `eventTime`, else its last or first timestamp, else creation.
-pub fn event_time(e: &Event) -> Option<Timestamp> {
-    e.event_time
-        .as_ref()
-        .map(|t| t.0)
-        .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
-        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
-        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {

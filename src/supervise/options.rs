@@ -12,7 +12,7 @@ use super::lease_bridge;
 use super::mode::{self, Backoff, OnChange, OnFollower};
 use super::port_map;
 use super::settings::Settings;
-use super::standby::{self, StandbySpec};
+use super::standby::spec::{self as standby, StandbySpec};
 use crate::config::{parse_key_value, parse_positive_duration, ConfigError};
 use crate::grant;
 

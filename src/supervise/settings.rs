@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::converge::Converge;
 use super::health::HealthSpec;
 use super::mode::{Backoff, OnChange, OnFollower};
-use super::standby::StandbySpec;
+use super::standby::spec::StandbySpec;
 
 /// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
 #[derive(Debug, Clone)]
