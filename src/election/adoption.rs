@@ -50,9 +50,11 @@ use crate::clock::BootInstant;
 use super::identity::HolderIdentity;
 use super::record::Observed;
 
-/// What the consumer last acknowledged to the previous elector (verified under its key).
+/// What the consumer last acknowledged to the previous elector (verified under its key): the
+/// ack a restarted elector inherits. (The live judgement of the consumer is
+/// `elect::consumer::ConsumerState`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConsumerState {
+pub enum InheritedAck {
     /// The app runs in leader mode under that elector's incarnation; `failures` leader runs in a
     /// row ended on their own.
     Leader { failures: u64 },
@@ -73,7 +75,7 @@ pub struct Inheritance {
     pub leader_until: Option<BootInstant>,
     /// The epoch of that object.
     pub epoch: u64,
-    pub consumer: ConsumerState,
+    pub consumer: InheritedAck,
 }
 
 impl Inheritance {
@@ -199,18 +201,18 @@ pub fn decide(
         Some(_) => {}
     }
     match inherited.consumer {
-        ConsumerState::Leader { failures } if max_failures > 0 && failures >= max_failures => {
+        InheritedAck::Leader { failures } if max_failures > 0 && failures >= max_failures => {
             Decision::Release {
                 from: holder.to_owned(),
                 failures,
             }
         }
-        ConsumerState::Leader { .. } => Decision::Adopt {
+        InheritedAck::Leader { .. } => Decision::Adopt {
             from: holder.to_owned(),
         },
-        ConsumerState::Follower => decline(Declined::ConsumerFollower),
-        ConsumerState::Stopped => decline(Declined::ConsumerStopped),
-        ConsumerState::Unknown => decline(Declined::ConsumerUnknown),
+        InheritedAck::Follower => decline(Declined::ConsumerFollower),
+        InheritedAck::Stopped => decline(Declined::ConsumerStopped),
+        InheritedAck::Unknown => decline(Declined::ConsumerUnknown),
     }
 }
 
@@ -243,7 +245,7 @@ mod tests {
         })
     }
 
-    fn inherited(holder: &str, until: Option<u64>, consumer: ConsumerState) -> Inheritance {
+    fn inherited(holder: &str, until: Option<u64>, consumer: InheritedAck) -> Inheritance {
         Inheritance {
             holder: holder.to_owned(),
             leader_until: until.map(at),
@@ -252,8 +254,8 @@ mod tests {
         }
     }
 
-    fn leading() -> ConsumerState {
-        ConsumerState::Leader { failures: 0 }
+    fn leading() -> InheritedAck {
+        InheritedAck::Leader { failures: 0 }
     }
 
     #[test]
@@ -266,12 +268,12 @@ mod tests {
             Decision::Adopt { from: old.clone() }
         );
         // Failures below the limit, or a limit of 0, do not stop it.
-        let inh = inherited(&old, Some(110), ConsumerState::Leader { failures: 2 });
+        let inh = inherited(&old, Some(110), InheritedAck::Leader { failures: 2 });
         assert!(matches!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 3),
             Decision::Adopt { .. }
         ));
-        let inh = inherited(&old, Some(110), ConsumerState::Leader { failures: 99 });
+        let inh = inherited(&old, Some(110), InheritedAck::Leader { failures: 99 });
         assert!(matches!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 0),
             Decision::Adopt { .. }
@@ -353,15 +355,15 @@ mod tests {
                 Declined::GrantExpired,
             ),
             (
-                Some(inherited(&old, Some(110), ConsumerState::Follower)),
+                Some(inherited(&old, Some(110), InheritedAck::Follower)),
                 Declined::ConsumerFollower,
             ),
             (
-                Some(inherited(&old, Some(110), ConsumerState::Stopped)),
+                Some(inherited(&old, Some(110), InheritedAck::Stopped)),
                 Declined::ConsumerStopped,
             ),
             (
-                Some(inherited(&old, Some(110), ConsumerState::Unknown)),
+                Some(inherited(&old, Some(110), InheritedAck::Unknown)),
                 Declined::ConsumerUnknown,
             ),
         ];
@@ -378,7 +380,7 @@ mod tests {
     fn an_app_failing_as_leader_makes_the_restarted_elector_finish_the_step_down() {
         let me = id("pod-a", UID, 2);
         let old = id("pod-a", UID, 1);
-        let inh = inherited(&old, Some(110), ConsumerState::Leader { failures: 3 });
+        let inh = inherited(&old, Some(110), InheritedAck::Leader { failures: 3 });
         assert_eq!(
             decide(&me, &held(Some(&old)), Some(&inh), at(100), 3),
             Decision::Release {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::clock::BootInstant;
-use crate::election::adoption::{ConsumerState, Inheritance};
+use crate::election::adoption::{Inheritance, InheritedAck};
 use crate::grant::auth::{self, Key};
 use crate::grant::{self, Grant, Mode};
 
@@ -57,17 +57,17 @@ fn leader_until(last: &Grant, now: BootInstant) -> Option<BootInstant> {
 
 /// What the consumer's ack says, if it verifies under `key`. A leader ack counts only for
 /// `incarnation`: the supervisor acks the object it obeyed, and signs with the token it trusts.
-fn consumer_state(ack: Option<&Grant>, key: &Key, incarnation: u64) -> ConsumerState {
+fn consumer_state(ack: Option<&Grant>, key: &Key, incarnation: u64) -> InheritedAck {
     match ack {
         Some(a) if key.verify_ack(a) => match a.mode {
-            Mode::Leader if a.incarnation == incarnation => ConsumerState::Leader {
+            Mode::Leader if a.incarnation == incarnation => InheritedAck::Leader {
                 failures: a.leader_start_failures,
             },
-            Mode::Leader => ConsumerState::Unknown,
-            Mode::Follower => ConsumerState::Follower,
-            Mode::Stopped => ConsumerState::Stopped,
+            Mode::Leader => InheritedAck::Unknown,
+            Mode::Follower => InheritedAck::Follower,
+            Mode::Stopped => InheritedAck::Stopped,
         },
-        _ => ConsumerState::Unknown,
+        _ => InheritedAck::Unknown,
     }
 }
 
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(inh.holder, "pod-a_u_1");
         assert_eq!(inh.leader_until, Some(expires));
         assert_eq!(inh.epoch, 4);
-        assert_eq!(inh.consumer, ConsumerState::Leader { failures: 2 });
+        assert_eq!(inh.consumer, InheritedAck::Leader { failures: 2 });
     }
 
     #[test]
@@ -157,13 +157,13 @@ mod tests {
         let mut ack = leader(9, expires);
         Key::generate().unwrap().sign_ack(&mut ack);
         grant::write_file(&grant::ack_path(&v.flag), &ack).unwrap();
-        assert_eq!(read(&v.flag, now).unwrap().consumer, ConsumerState::Unknown);
+        assert_eq!(read(&v.flag, now).unwrap().consumer, InheritedAck::Unknown);
         // A leader ack of another incarnation does not tie the app to this grant.
         let mut other = leader(9, expires);
         other.incarnation = 6;
         v.key.sign_ack(&mut other);
         grant::write_file(&grant::ack_path(&v.flag), &other).unwrap();
-        assert_eq!(read(&v.flag, now).unwrap().consumer, ConsumerState::Unknown);
+        assert_eq!(read(&v.flag, now).unwrap().consumer, InheritedAck::Unknown);
     }
 
     #[test]
@@ -183,7 +183,7 @@ mod tests {
         let v = volume(follower, Some(stopped));
         let inh = read(&v.flag, now).unwrap();
         assert_eq!(inh.leader_until, None);
-        assert_eq!(inh.consumer, ConsumerState::Stopped);
+        assert_eq!(inh.consumer, InheritedAck::Stopped);
         let far = now.saturating_add(R + Duration::from_secs(1));
         let v = volume(leader(9, far), Some(leader(9, far)));
         assert_eq!(read(&v.flag, now).unwrap().leader_until, None);

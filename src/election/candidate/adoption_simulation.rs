@@ -13,7 +13,7 @@
 
 use super::simulation::{instant, Driver, Store, TICK_MS};
 use super::*;
-use crate::election::adoption::{self, ConsumerState, Decision, Inheritance};
+use crate::election::adoption::{self, Decision, Inheritance, InheritedAck};
 
 const UID_A: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40";
 const UID_A2: &str = "0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f41";
@@ -107,8 +107,8 @@ fn simulate(sc: Scenario) -> Outcome {
                 leader_until: out.a1_expiry,
                 epoch: 0,
                 consumer: match out.a1_expiry {
-                    Some(_) => ConsumerState::Leader { failures: 0 },
-                    None => ConsumerState::Follower,
+                    Some(_) => InheritedAck::Leader { failures: 0 },
+                    None => InheritedAck::Follower,
                 },
             };
             let observed = a2.c.observed().cloned().expect("just read");
