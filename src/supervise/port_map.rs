@@ -32,8 +32,6 @@
 //! module requires them itself, once its patch is in place, in their order and resolved as Node
 //! resolves `--require` (from the working directory).
 
-use base64_encode::encode;
-
 /// The preload module, run by the leader instance before the app (see the module doc).
 pub const PRELOAD: &str = include_str!("port_map/preload.mjs");
 
@@ -259,30 +257,10 @@ pub fn data_import(source: &str) -> String {
 }
 
 /// Standard base64 (RFC 4648, with padding): the preload's `data:` URL must hold no space,
-/// which `NODE_OPTIONS` splits on. Twenty lines beat a dependency.
-mod base64_encode {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    pub fn encode(input: &str) -> String {
-        let bytes = input.as_bytes();
-        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-        for chunk in bytes.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-                if i <= chunk.len() {
-                    out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
+/// which `NODE_OPTIONS` splits on.
+fn encode(input: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(input)
 }
 
 #[cfg(test)]

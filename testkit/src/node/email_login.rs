@@ -518,27 +518,13 @@ fn enc(s: &str) -> String {
 
 /// Base64 (standard with padding, or URL-safe without).
 pub fn base64(bytes: &[u8], url: bool) -> String {
-    let table: &[u8; 64] = if url {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    if url {
+        URL_SAFE_NO_PAD.encode(bytes)
     } else {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-    };
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(table[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-        if !url {
-            out.push_str(&"=".repeat(3 - chunk.len()));
-        }
+        STANDARD.encode(bytes)
     }
-    out
 }
 
 /// The e-mail login's environment for Passmower's app container: e-mail login on, outbound
