@@ -19,3 +19,4 @@ pub mod runtime;
 pub mod status;
 pub mod supervise;
 pub mod webhook;
+pub mod wire;

@@ -22,21 +22,14 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 use crate::clock::BootInstant;
+pub use crate::wire::{CAUSE_ANNOTATION, COMPONENT, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
 
-/// The `source.component` and `reportingComponent` of every Event the elector records.
-pub const COMPONENT: &str = "passmower-elector";
 /// An Event equal to the previous one of its reason within this window is not recorded again.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(600);
 /// Events recorded at once before the budget applies.
 pub const BURST: u32 = 20;
 /// One more Event is allowed this often once the burst is spent.
 pub const REFILL: Duration = Duration::from_secs(30);
-
-/// Annotations on an Event with the figures its message gives in words, for tools
-/// (`passmower-elector status`): the term's epoch, how it began, and how long nobody led.
-pub const EPOCH_ANNOTATION: &str = "passmower-elector.io/epoch";
-pub const CAUSE_ANNOTATION: &str = "passmower-elector.io/cause";
-pub const LEADERLESS_ANNOTATION: &str = "passmower-elector.io/leaderless-ms";
 
 /// The figures of an Event, written as its annotations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -36,7 +36,7 @@ use super::events::{Details, EventRecorder, Kind};
 use super::status::SharedStatus;
 use crate::clock::BootInstant;
 use crate::election::identity::HolderIdentity;
-use crate::inject::fence::DENIAL_PREFIX;
+use crate::wire::DENIAL_PREFIX;
 
 /// How long after a verdict that raises an alarm the check is made again before it is taken.
 pub const CONFIRM_AFTER: Duration = Duration::from_secs(5);
@@ -142,7 +142,7 @@ fn answer_of<T>(result: Result<T, kube::Error>) -> Answer {
 }
 
 /// The `namespace/name` of the Lease a fence's refusal names (see
-/// [`crate::inject::fence::fence_policy_spec_for`]'s message).
+/// `inject::fence::fence_policy_spec_for`'s message).
 pub fn fence_lease(message: &str) -> Option<String> {
     let rest = &message[message.find(DENIAL_PREFIX)?..];
     let after = ["does not hold Lease ", "the holder of Lease "]

@@ -22,7 +22,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_norway::Value;
 
-use super::names::{subdomain_name, GENERATED_FOR_ANNOTATION};
+use super::names::GENERATED_FOR_ANNOTATION;
 use super::value::to_value;
 
 /// The user-info key under which the apiserver gives the name of the pod a ServiceAccount token
@@ -30,8 +30,7 @@ use super::value::to_value;
 pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 /// The same for the pod's UID.
 pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
-/// What every denial's message starts with: grep for it in Passmower's logs or the audit log.
-pub const DENIAL_PREFIX: &str = "passmower-elector write fence";
+pub use crate::wire::{fence_policy_name, DENIAL_PREFIX};
 
 /// How the Lease's holder names the pod that may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,14 +53,6 @@ pub struct FenceTarget<'a> {
     pub service_account: &'a str,
     /// The Lease whose holder may write.
     pub lease: &'a str,
-}
-
-/// Name of the policy (and binding) that fences `service_account` of `namespace`: named by what
-/// it protects, not by who installs it, so `inject` and the chart, a renamed Deployment, or a
-/// second install for the same ServiceAccount all name one object, and a second fence can
-/// never be ANDed with the first (each would refuse the other Lease's holder for ever).
-pub fn fence_policy_name(namespace: &str, service_account: &str) -> String {
-    subdomain_name(&["passmower-elector-fence", namespace, service_account])
 }
 
 /// The writes Passmower's operators make, and nothing its HTTP side makes, in every generation

@@ -1,14 +1,15 @@
 //! Every name `inject` writes into a manifest: annotations, containers, volumes, ports, paths,
 //! and the workload kinds it rewrites. Imports nothing of `inject`.
 
+pub(crate) use crate::wire::subdomain_name;
+pub use crate::wire::{
+    ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION, INSTALL_CONTAINER, LEASE_ANNOTATION,
+};
+
 /// This crate's version: written into the marker annotation.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Annotation on an injected workload; its value is the version of `inject` that wrote it.
 pub const INJECTED_ANNOTATION: &str = "passmower-elector.io/injected";
-/// Annotation on an injected workload naming its Lease, so companions can be re-derived.
-pub const LEASE_ANNOTATION: &str = "passmower-elector.io/lease";
-/// Annotation on every object `inject` generates: `Kind/name` of the workload it serves.
-pub const GENERATED_FOR_ANNOTATION: &str = "passmower-elector.io/generated-for";
 /// Annotation holding what the operator should know about an object `inject` wrote or changed
 /// (a replaced rollout strategy, a budget that cannot keep a replica serving), one per line:
 /// it stays on the live object, where `kubectl describe` shows it.
@@ -31,8 +32,6 @@ pub const BIN_DIR: &str = "/var/run/passmower-elector-bin";
 pub const IMAGE_BINARY: &str = "/usr/local/bin/passmower-elector";
 pub const FLAG_VOLUME: &str = "passmower-elector-grant";
 pub const BIN_VOLUME: &str = "passmower-elector-bin";
-pub const ELECTOR_CONTAINER: &str = "passmower-elector";
-pub const INSTALL_CONTAINER: &str = "passmower-elector-install";
 pub const PROBE_PORT_NAME: &str = "elector-probe";
 /// Passmower's metrics port, fixed in its code.
 pub const APP_METRICS_PORT: u16 = 9090;
@@ -79,15 +78,4 @@ impl WorkloadKind {
             _ => None,
         }
     }
-}
-
-/// A cluster-wide object name built from `parts` joined by dots, cut to the 253 characters a
-/// DNS subdomain allows and without the `.` or `-` a cut may leave at its end (a subdomain must
-/// end in an alphanumeric).
-pub(crate) fn subdomain_name(parts: &[&str]) -> String {
-    let mut name: String = parts.join(".").chars().take(253).collect();
-    while name.ends_with(['.', '-']) {
-        name.pop();
-    }
-    name
 }

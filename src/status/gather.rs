@@ -17,8 +17,7 @@ use kube::{Api, Client};
 
 use super::StatusConfig;
 use crate::election::identity;
-use crate::inject::fence::fence_policy_name;
-use crate::inject::{ELECTOR_CONTAINER, LEASE_ANNOTATION};
+use crate::wire::{fence_policy_name, COMPONENT, ELECTOR_CONTAINER, LEASE_ANNOTATION};
 
 /// The longest any one read may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -304,9 +303,8 @@ async fn lease_events(client: &Client, namespace: &str, lease: &str) -> Result<V
         .unwrap_or_default()
         .into_iter()
         .filter(|e| {
-            e.reporting_component.as_deref() == Some(crate::elect::events::COMPONENT)
-                || e.source.as_ref().and_then(|s| s.component.as_deref())
-                    == Some(crate::elect::events::COMPONENT)
+            e.reporting_component.as_deref() == Some(COMPONENT)
+                || e.source.as_ref().and_then(|s| s.component.as_deref()) == Some(COMPONENT)
         })
         .collect();
     events.sort_by_key(|e| event_time(e).map(|t| t.as_millisecond()));

@@ -14,10 +14,10 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::gather::{event_time, pod_of_identity, Gathered};
-use crate::elect::events::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
 use crate::election::identity::HolderIdentity;
 use crate::election::report as holder_report;
-use crate::inject::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION, INSTALL_CONTAINER};
+use crate::wire::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
+use crate::wire::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION, INSTALL_CONTAINER};
 
 /// Handovers shown (newest first).
 pub const HANDOVERS_SHOWN: usize = 5;
