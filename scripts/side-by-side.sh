@@ -8,6 +8,9 @@
 #               src/app.js): node is PID 1, gets the SIGTERM and releases the Lease on a stop
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
+#   ours-bridge our elector with inject --on-change=lease-bridge: one Passmower process per pod,
+#               its own election on and made to follow our grant (not in the default list: ask
+#               for it in PME_SIDE_BY_SIDE_MODES)
 # Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
 # own, PME_SIDE_BY_SIDE_ROUNDS rounds per fault (default 3: the gaps of the faults that end in
 # a Lease expiry vary by a second or two from round to round, so one round decides nothing); the
@@ -43,8 +46,8 @@ status=0
 reports=()
 for mode in "${modes[@]}"; do
   case "$mode" in
-    upstream | upstream-sigterm | fence-only | ours) ;;
-    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours)" >&2; exit 2 ;;
+    upstream | upstream-sigterm | fence-only | ours | ours-bridge) ;;
+    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours ours-bridge)" >&2; exit 2 ;;
   esac
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
@@ -101,7 +104,7 @@ for path in sys.argv[1:]:
             order.append(kv["fault"])
         rows.setdefault((kv["fault"], kv["mode"]), []).append(kv)
 # The modes that ran, in this order.
-modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours"] if any(mm == m for (_, mm) in rows)]
+modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours", "ours-bridge"] if any(mm == m for (_, mm) in rows)]
 # The verdict's anchor: upstream's election at its best (SIGTERM delivered) when it ran.
 anchor = "upstream-sigterm" if any(m == "upstream-sigterm" for (_, m) in rows) else "upstream"
 def get(r, key):
@@ -247,10 +250,11 @@ for fault in order:
 print()
 print("Columns: two pods running operators = sampled every ~100-600 ms from the processes (ours: the")
 print("Passmower process with the real NAMESPACE_SELECTOR; upstream and fence-only: a live Passmower")
-print("whose log last said \"Acquired the operator lease\"), a stopped (frozen) process counting as")
+print("whose log last said \"Acquired the operator lease\"; ours-bridge: the live process that logged")
+print("that line itself), a stopped (frozen) process counting as")
 print("running nothing. Admitted non-holder writes = operator writes (codemowers.cloud but OIDCUsers,")
 print("Secrets, Pods, Jobs, Traefik middlewares; dry runs are none) the apiserver admitted from a pod")
-print("the Lease (ours: passmower; upstream's: passmower-operators) did not name at that instant, from")
+print("the Lease (ours and ours-bridge: passmower; upstream's: passmower-operators) did not name at that instant, from")
 print("its audit log; Redis: writes to the operators' keys (oidc:Client:* and their oidc:Clients:*")
 print("entries but the built-in client's, oidc:OIDCUserEventHookState:*) from such a pod, from")
 print("MONITOR by client address. Gap = fault to the first operator write for an")
