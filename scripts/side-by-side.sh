@@ -221,33 +221,35 @@ print("half; a round that never reconciled ranks last) gives p >= 0.05 for \"our
 print("p < 0.05 it is NO, and so it is when the rounds cannot decide (fewer than two a side, or too")
 print("many splits to enumerate).")
 print()
-print(f"| fault | {anchor} two-writer | ours two-writer | ours median gap ≤ {anchor}'s | ours: failed on pods that stay up |")
-print("|---|---|---|---|---:|")
-for fault in order:
-    u, o = rows.get((fault, anchor)), rows.get((fault, "ours"))
-    if not u or not o:
-        print(f"| {fault} | {'not run' if not u else ''} | {'not run' if not o else ''} | | |")
-        continue
-    tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes, Redis {redis_total(rs)}"
-    ox, ux = ranked(o, "gap_ms"), ranked(u, "gap_ms")
-    og, ug = statistics.median(ox), statistics.median(ux)
-    ms = lambda v: "none" if v == INF else f"{v:.0f}"
-    if og == INF:
-        verdict = "NO: ours did not reconcile in most rounds"
-    elif og <= ug:
-        verdict = f"yes ({ms(og)} vs {ms(ug)} ms)"
-    else:
-        p = longer_p(ox, ux)
-        if p is None:
-            # Fails closed: "even" is a claim the rounds must support.
-            verdict = f"NO: the rounds cannot decide ({ms(og)} vs {ms(ug)} ms; too few rounds or too many to enumerate)"
-        elif p >= 0.05:
-            # The rounds cannot tell the two apart: a median that flips from run to run.
-            verdict = f"even: the rounds do not show ours longer ({ms(og)} vs {ms(ug)} ms, p = {p:.2f})"
+# One verdict table per election of ours that ran (ours, ours-bridge); "ours" when neither did.
+for mine in [m for m in ("ours", "ours-bridge") if m in modes] or ["ours"]:
+    print(f"| fault | {anchor} two-writer | {mine} two-writer | {mine} median gap ≤ {anchor}'s | {mine}: failed on pods that stay up |")
+    print("|---|---|---|---|---:|")
+    for fault in order:
+        u, o = rows.get((fault, anchor)), rows.get((fault, mine))
+        if not u or not o:
+            print(f"| {fault} | {'not run' if not u else ''} | {'not run' if not o else ''} | | |")
+            continue
+        tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes, Redis {redis_total(rs)}"
+        ox, ux = ranked(o, "gap_ms"), ranked(u, "gap_ms")
+        og, ug = statistics.median(ox), statistics.median(ux)
+        ms = lambda v: "none" if v == INF else f"{v:.0f}"
+        if og == INF:
+            verdict = f"NO: {mine} did not reconcile in most rounds"
+        elif og <= ug:
+            verdict = f"yes ({ms(og)} vs {ms(ug)} ms)"
         else:
-            verdict = f"NO ({ms(og)} vs {ms(ug)} ms, p = {p:.3f})"
-    print(f"| {fault} | {tw(u)} | {tw(o)} | {verdict} | {total(o, 'failed_stay_up')} |")
-print()
+            p = longer_p(ox, ux)
+            if p is None:
+                # Fails closed: "even" is a claim the rounds must support.
+                verdict = f"NO: the rounds cannot decide ({ms(og)} vs {ms(ug)} ms; too few rounds or too many to enumerate)"
+            elif p >= 0.05:
+                # The rounds cannot tell the two apart: a median that flips from run to run.
+                verdict = f"even: the rounds do not show {mine} longer ({ms(og)} vs {ms(ug)} ms, p = {p:.2f})"
+            else:
+                verdict = f"NO ({ms(og)} vs {ms(ug)} ms, p = {p:.3f})"
+        print(f"| {fault} | {tw(u)} | {tw(o)} | {verdict} | {total(o, 'failed_stay_up')} |")
+    print()
 print("Columns: two pods running operators = sampled every ~100-600 ms from the processes (ours: the")
 print("Passmower process with the real NAMESPACE_SELECTOR; upstream and fence-only: a live Passmower")
 print("whose log last said \"Acquired the operator lease\"; ours-bridge: the live process that logged")
