@@ -224,13 +224,6 @@ impl ElectionMode {
         matches!(self, ElectionMode::Ours | ElectionMode::OursBridge)
     }
 
-    /// Whether who runs the operators is read from Passmower's own log ("Acquired" / "Lost the
-    /// operator lease") instead of the real selector in a process's environment: every mode in
-    /// which Passmower's own election starts and stops its operators inside one process.
-    pub fn operators_from_app_log(self) -> bool {
-        self != ElectionMode::Ours
-    }
-
     /// Whether the install has no `inject` at all (upstream's election alone).
     pub fn upstream_alone(self) -> bool {
         matches!(self, ElectionMode::Upstream | ElectionMode::UpstreamSigterm)
