@@ -8,6 +8,9 @@
 #               src/app.js): node is PID 1, gets the SIGTERM and releases the Lease on a stop
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
+#   ours-bridge our elector with inject --on-change=lease-bridge: one Passmower process per pod,
+#               its own election on and made to follow our grant (not in the default list: ask
+#               for it in PME_SIDE_BY_SIDE_MODES)
 # Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
 # own, PME_SIDE_BY_SIDE_ROUNDS rounds per fault (default 3: the gaps of the faults that end in
 # a Lease expiry vary by a second or two from round to round, so one round decides nothing); the
@@ -43,8 +46,8 @@ status=0
 reports=()
 for mode in "${modes[@]}"; do
   case "$mode" in
-    upstream | upstream-sigterm | fence-only | ours) ;;
-    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours)" >&2; exit 2 ;;
+    upstream | upstream-sigterm | fence-only | ours | ours-bridge) ;;
+    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours ours-bridge)" >&2; exit 2 ;;
   esac
   report="$target/side-by-side-$mode.txt"
   reports+=("$report")
@@ -101,7 +104,7 @@ for path in sys.argv[1:]:
             order.append(kv["fault"])
         rows.setdefault((kv["fault"], kv["mode"]), []).append(kv)
 # The modes that ran, in this order.
-modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours"] if any(mm == m for (_, mm) in rows)]
+modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours", "ours-bridge"] if any(mm == m for (_, mm) in rows)]
 # The verdict's anchor: upstream's election at its best (SIGTERM delivered) when it ran.
 anchor = "upstream-sigterm" if any(m == "upstream-sigterm" for (_, m) in rows) else "upstream"
 def get(r, key):
@@ -218,39 +221,42 @@ print("half; a round that never reconciled ranks last) gives p >= 0.05 for \"our
 print("p < 0.05 it is NO, and so it is when the rounds cannot decide (fewer than two a side, or too")
 print("many splits to enumerate).")
 print()
-print(f"| fault | {anchor} two-writer | ours two-writer | ours median gap ≤ {anchor}'s | ours: failed on pods that stay up |")
-print("|---|---|---|---|---:|")
-for fault in order:
-    u, o = rows.get((fault, anchor)), rows.get((fault, "ours"))
-    if not u or not o:
-        print(f"| {fault} | {'not run' if not u else ''} | {'not run' if not o else ''} | | |")
-        continue
-    tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes, Redis {redis_total(rs)}"
-    ox, ux = ranked(o, "gap_ms"), ranked(u, "gap_ms")
-    og, ug = statistics.median(ox), statistics.median(ux)
-    ms = lambda v: "none" if v == INF else f"{v:.0f}"
-    if og == INF:
-        verdict = "NO: ours did not reconcile in most rounds"
-    elif og <= ug:
-        verdict = f"yes ({ms(og)} vs {ms(ug)} ms)"
-    else:
-        p = longer_p(ox, ux)
-        if p is None:
-            # Fails closed: "even" is a claim the rounds must support.
-            verdict = f"NO: the rounds cannot decide ({ms(og)} vs {ms(ug)} ms; too few rounds or too many to enumerate)"
-        elif p >= 0.05:
-            # The rounds cannot tell the two apart: a median that flips from run to run.
-            verdict = f"even: the rounds do not show ours longer ({ms(og)} vs {ms(ug)} ms, p = {p:.2f})"
+# One verdict table per election of ours that ran (ours, ours-bridge); "ours" when neither did.
+for mine in [m for m in ("ours", "ours-bridge") if m in modes] or ["ours"]:
+    print(f"| fault | {anchor} two-writer | {mine} two-writer | {mine} median gap ≤ {anchor}'s | {mine}: failed on pods that stay up |")
+    print("|---|---|---|---|---:|")
+    for fault in order:
+        u, o = rows.get((fault, anchor)), rows.get((fault, mine))
+        if not u or not o:
+            print(f"| {fault} | {'not run' if not u else ''} | {'not run' if not o else ''} | | |")
+            continue
+        tw = lambda rs: f"{worst(rs, 'two_operators_ms'):.0f} ms, {total(rs, 'non_holder_writes')} writes, Redis {redis_total(rs)}"
+        ox, ux = ranked(o, "gap_ms"), ranked(u, "gap_ms")
+        og, ug = statistics.median(ox), statistics.median(ux)
+        ms = lambda v: "none" if v == INF else f"{v:.0f}"
+        if og == INF:
+            verdict = f"NO: {mine} did not reconcile in most rounds"
+        elif og <= ug:
+            verdict = f"yes ({ms(og)} vs {ms(ug)} ms)"
         else:
-            verdict = f"NO ({ms(og)} vs {ms(ug)} ms, p = {p:.3f})"
-    print(f"| {fault} | {tw(u)} | {tw(o)} | {verdict} | {total(o, 'failed_stay_up')} |")
-print()
+            p = longer_p(ox, ux)
+            if p is None:
+                # Fails closed: "even" is a claim the rounds must support.
+                verdict = f"NO: the rounds cannot decide ({ms(og)} vs {ms(ug)} ms; too few rounds or too many to enumerate)"
+            elif p >= 0.05:
+                # The rounds cannot tell the two apart: a median that flips from run to run.
+                verdict = f"even: the rounds do not show {mine} longer ({ms(og)} vs {ms(ug)} ms, p = {p:.2f})"
+            else:
+                verdict = f"NO ({ms(og)} vs {ms(ug)} ms, p = {p:.3f})"
+        print(f"| {fault} | {tw(u)} | {tw(o)} | {verdict} | {total(o, 'failed_stay_up')} |")
+    print()
 print("Columns: two pods running operators = sampled every ~100-600 ms from the processes (ours: the")
 print("Passmower process with the real NAMESPACE_SELECTOR; upstream and fence-only: a live Passmower")
-print("whose log last said \"Acquired the operator lease\"), a stopped (frozen) process counting as")
+print("whose log last said \"Acquired the operator lease\"; ours-bridge: the live process that logged")
+print("that line itself), a stopped (frozen) process counting as")
 print("running nothing. Admitted non-holder writes = operator writes (codemowers.cloud but OIDCUsers,")
 print("Secrets, Pods, Jobs, Traefik middlewares; dry runs are none) the apiserver admitted from a pod")
-print("the Lease (ours: passmower; upstream's: passmower-operators) did not name at that instant, from")
+print("the Lease (ours and ours-bridge: passmower; upstream's: passmower-operators) did not name at that instant, from")
 print("its audit log; Redis: writes to the operators' keys (oidc:Client:* and their oidc:Clients:*")
 print("entries but the built-in client's, oidc:OIDCUserEventHookState:*) from such a pod, from")
 print("MONITOR by client address. Gap = fault to the first operator write for an")

@@ -88,16 +88,35 @@ fn is_stopped(pid: i32) -> bool {
 /// the kubelet's pod log directory). Reads each file on from where it stopped.
 #[derive(Default)]
 struct LeaderLogs {
-    /// Log file → (bytes read, leading after them).
-    files: BTreeMap<std::path::PathBuf, (u64, bool)>,
+    /// Log file → (bytes read, leading after them, the PID in the pod that logged the last
+    /// "Acquired" line).
+    files: BTreeMap<std::path::PathBuf, (u64, bool, Option<i32>)>,
 }
 
 impl LeaderLogs {
     fn leading(&mut self, node: &Node, install: &Install, pod: &Pod) -> bool {
+        self.leader(node, install, pod).0
+    }
+
+    /// The PID (in the pod's PID namespace, as the app's log gives it) of the process whose
+    /// log last said it acquired the operator lease, when it has not said it lost it since. With
+    /// the lease bridge the container outlives its Passmower process (the supervisor restarts
+    /// a process it killed, in the same container, into the same log file), and a killed
+    /// process logs no "Lost": only that process counts, not a later one of the same container.
+    /// `Some(None)`: leading, but the line named no PID (then every process of the pod counts,
+    /// as in the modes with one process per container: more operators, never fewer).
+    fn leading_pid(&mut self, node: &Node, install: &Install, pod: &Pod) -> Option<Option<i32>> {
+        match self.leader(node, install, pod) {
+            (true, pid) => Some(pid),
+            (false, _) => None,
+        }
+    }
+
+    fn leader(&mut self, node: &Node, install: &Install, pod: &Pod) -> (bool, Option<i32>) {
         use std::io::{Read, Seek, SeekFrom};
         let (Some(name), Some(uid)) = (pod.metadata.name.as_deref(), pod.metadata.uid.as_deref())
         else {
-            return false;
+            return (false, None);
         };
         let dir = node
             .layout
@@ -115,9 +134,9 @@ impl LeaderLogs {
             .max_by_key(|(n, _)| *n)
             .map(|(_, p)| p)
         else {
-            return false;
+            return (false, None);
         };
-        let (offset, leading) = self.files.entry(file.clone()).or_insert((0, false));
+        let (offset, leading, pid) = self.files.entry(file.clone()).or_insert((0, false, None));
         if let Ok(mut f) = std::fs::File::open(&file) {
             let mut buf = Vec::new();
             if f.seek(SeekFrom::Start(*offset)).is_ok() && f.read_to_end(&mut buf).is_ok() {
@@ -127,6 +146,7 @@ impl LeaderLogs {
                         let line = String::from_utf8_lossy(line);
                         if line.contains("Acquired the operator lease") {
                             *leading = true;
+                            *pid = logged_pid(&line);
                         } else if line.contains("Lost the operator lease") {
                             *leading = false;
                         }
@@ -135,8 +155,43 @@ impl LeaderLogs {
                 }
             }
         }
-        *leading
+        (*leading, *pid)
     }
+}
+
+/// The `pid` field of one of the app's log lines (pino writes it into every line).
+fn logged_pid(line: &str) -> Option<i32> {
+    let rest = &line[line.find("\"pid\":")? + 6..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+#[test]
+fn the_pid_of_a_log_line_is_pinos_field() {
+    // As the kubelet writes the app's line into the container log (CRI format).
+    let line = r#"2026-12-05T01:00:00.000000000Z stdout F {"level":30,"time":1,"pid":17,"hostname":"p-1","lease":"passmower-operators","msg":"Acquired the operator lease"}"#;
+    assert_eq!(logged_pid(line), Some(17));
+    assert_eq!(logged_pid(r#"stdout F {"level":30,"msg":"x"}"#), None);
+    // Outside a PID namespace of its own, this process's innermost PID is its own.
+    assert_eq!(
+        pid_in_pod(std::process::id() as i32),
+        Some(std::process::id() as i32)
+    );
+}
+
+/// Process `pid`'s PID in its innermost PID namespace (the last of `NSpid` in
+/// /proc/PID/status): what the app itself logs as its `pid`.
+fn pid_in_pod(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
 /// The pod-freeze fault's thaw: the frozen pod and until when its processes are not counted as
@@ -199,7 +254,8 @@ impl ThawWindow {
 /// Samples every 100 ms which pods run Passmower's operators, from the processes, not from
 /// the Lease: with our elector, the Passmower process with the real selector in its
 /// environment (read from /proc); with Passmower's own election, a live Passmower process
-/// whose log last said it acquired the operator lease. A stopped (frozen) process counts as
+/// whose log last said it acquired the operator lease; with the lease bridge, the live process
+/// that logged that line itself. A stopped (frozen) process counts as
 /// running nothing, and a continued one is left out while its [`ThawWindow`] is open.
 struct OperatorSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -278,6 +334,16 @@ impl OperatorSampler {
                                 Vec::new()
                             }
                         }
+                        // One process per pod, its selector set inside it: the one whose
+                        // log last said it acquired the operator lease, while it lives.
+                        ElectionMode::OursBridge => match logs.leading_pid(node, &install, p) {
+                            Some(leading) => procs
+                                .into_iter()
+                                .map(|(pid, _)| pid)
+                                .filter(|pid| leading.is_none() || pid_in_pod(*pid) == leading)
+                                .collect(),
+                            None => Vec::new(),
+                        },
                     };
                     let operating: Vec<i32> = operating
                         .into_iter()
@@ -456,10 +522,10 @@ struct Round {
 }
 
 /// The faults to inject: `PME_REAL_PODS_FAULTS` (comma-separated names), default all; with
-/// Passmower's own election there is no elector to crash.
+/// Passmower's own election alone (no `ours` or `ours-bridge`) there is no elector to crash.
 fn faults(election: ElectionMode) -> Vec<Fault> {
     let mut list = named_faults();
-    if election != ElectionMode::Ours {
+    if !election.ours_decides() {
         list.retain(|f| *f != Fault::ElectorCrash);
     }
     list
@@ -1008,7 +1074,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             .await;
             // Ours must reconcile; Passmower's own election is measured, not asserted.
             assert!(
-                reconciled || install.election != ElectionMode::Ours,
+                reconciled || !install.election.ours_decides(),
                 "{name}: the OIDCClient created during the fault was not reconciled in 240s\n{}",
                 node.logs_tail(10)
             );
@@ -1205,7 +1271,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             // A wrong wall clock in one app reaches nothing of ours: no second writer at all.
             assert!(
                 fault != Fault::ClockSkew
-                    || install.election != ElectionMode::Ours
+                    || !install.election.ours_decides()
                     || (r.two_operators_ms == 0.0 && non_holder.is_empty()),
                 "{name}: a skewed app clock made a second writer ({:.0} ms, {} admitted writes)",
                 r.two_operators_ms,
@@ -1214,7 +1280,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             let r_two_operators_ms = r.two_operators_ms;
             results.entry(fault).or_default().push(r);
             // Our election's guarantees are asserted; Passmower's own is measured.
-            if install.election == ElectionMode::Ours {
+            if install.election.ours_decides() {
                 // A pod that lost the Lease without seeing it (frozen, or cut off and healed with
                 // its writes still in flight) must not have got an operator write through.
                 let lost = match fault {
@@ -1309,7 +1375,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             stats.kinds()
         ));
     }
-    if install.election == ElectionMode::Ours {
+    if install.election.ours_decides() {
         let tenures = assert_single_writer(node, &install);
         report(&format!(
             "single writer: {} leadership tenures, none overlapping; every operator write inside its pod's tenure",
@@ -1744,7 +1810,7 @@ async fn a_pod_whose_app_image_cannot_be_pulled_never_leads() {
     let node = node_use.node();
     let _serial = serial().await;
     let install = install(node).await;
-    if install.election != ElectionMode::Ours {
+    if !install.election.ours_decides() {
         report("unpullable app image: not run (Passmower's own election, no elector)");
         return;
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use pme_testkit::node::passmower::{self, ElectionMode, Install, APP_CONTAINER};
+use pme_testkit::node::passmower::{self, Install, APP_CONTAINER};
 use pme_testkit::node::{report, Node};
 
 /// `status ARGS` with the node's admin kubeconfig: exit code and stdout.
@@ -90,7 +90,7 @@ async fn status_through_a_deleted_leader_and_an_app_image_that_cannot_be_pulled(
     let node_use = Node::of_group(module_path!()).await;
     let node = node_use.node();
     let install = Install::install(node, "passmower", 3, 1).await;
-    if install.election != ElectionMode::Ours {
+    if !install.election.ours_decides() {
         report("status on real pods: not run (Passmower's own election, no elector)");
         return;
     }

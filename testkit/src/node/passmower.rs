@@ -152,8 +152,8 @@ impl Generation {
 }
 
 /// Who decides which pod runs Passmower's operators, from `PME_ELECTION_MODE` (default
-/// `ours`). `upstream`, `upstream-sigterm` and `fence-only` need generation 2.4 (Passmower's own
-/// election) and the post-renderer; they are what the side-by-side comparison
+/// `ours`). `upstream`, `upstream-sigterm`, `fence-only` and `ours-bridge` need generation 2.4
+/// (Passmower's own election) and the post-renderer; they are what the side-by-side comparison
 /// (`scripts/side-by-side.sh`) sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElectionMode {
@@ -173,6 +173,11 @@ pub enum ElectionMode {
     /// ([`EXEC_FORM_COMMAND`]): node is PID 1, gets the SIGTERM and releases the Lease. What a
     /// user gets with that override (or an init); upstream's election at its best.
     UpstreamSigterm,
+    /// `inject --on-change=lease-bridge`: our elector and grant, one Passmower process per pod
+    /// whose own election (on) follows the grant through the supervisor's preload. The Lease
+    /// that decides is ours; the real `NAMESPACE_SELECTOR` is set inside the process, so
+    /// /proc/PID/environ never shows it and who runs the operators is read from the app's log.
+    OursBridge,
 }
 
 /// The app container's command in [`ElectionMode::UpstreamSigterm`]: the image's own, in exec
@@ -180,7 +185,8 @@ pub enum ElectionMode {
 pub const EXEC_FORM_COMMAND: [&str; 3] = ["node", "--no-warnings", "src/app.js"];
 
 impl ElectionMode {
-    /// `PME_ELECTION_MODE`: `ours` (or unset), `fence-only`, `upstream` or `upstream-sigterm`.
+    /// `PME_ELECTION_MODE`: `ours` (or unset), `ours-bridge`, `fence-only`, `upstream` or
+    /// `upstream-sigterm`.
     /// Panics naming the variable and the allowed values on anything else.
     pub fn from_env() -> ElectionMode {
         let v = std::env::var("PME_ELECTION_MODE").unwrap_or_default();
@@ -189,8 +195,9 @@ impl ElectionMode {
             "fence-only" => ElectionMode::FenceOnly,
             "upstream" => ElectionMode::Upstream,
             "upstream-sigterm" => ElectionMode::UpstreamSigterm,
+            "ours-bridge" => ElectionMode::OursBridge,
             _ => panic!(
-                "PME_ELECTION_MODE={v:?}: allowed values are ours, fence-only, upstream and upstream-sigterm"
+                "PME_ELECTION_MODE={v:?}: allowed values are ours, ours-bridge, fence-only, upstream and upstream-sigterm"
             ),
         }
     }
@@ -201,12 +208,20 @@ impl ElectionMode {
             ElectionMode::FenceOnly => "fence-only",
             ElectionMode::Upstream => "upstream",
             ElectionMode::UpstreamSigterm => "upstream-sigterm",
+            ElectionMode::OursBridge => "ours-bridge",
         }
     }
 
     /// Whether Passmower's own election decides (no elector of ours in the pods).
     pub fn passmowers_own(self) -> bool {
-        self != ElectionMode::Ours
+        !self.ours_decides()
+    }
+
+    /// Whether our elector's grant decides who runs the operators (its Lease, its fence, its
+    /// guarantees asserted): `ours`, and `ours-bridge`, where Passmower's own election runs
+    /// but only follows the grant.
+    pub fn ours_decides(self) -> bool {
+        matches!(self, ElectionMode::Ours | ElectionMode::OursBridge)
     }
 
     /// Whether the install has no `inject` at all (upstream's election alone).
@@ -218,7 +233,7 @@ impl ElectionMode {
     /// default) or Passmower's own (`passmower-operators`, its default).
     pub fn lease_name(self) -> &'static str {
         match self {
-            ElectionMode::Ours => NAME,
+            ElectionMode::Ours | ElectionMode::OursBridge => NAME,
             ElectionMode::FenceOnly | ElectionMode::Upstream | ElectionMode::UpstreamSigterm => {
                 UPSTREAM_LEASE
             }
@@ -746,10 +761,10 @@ fn post_renderer(
             d(t.renew_deadline),
             d(t.retry_period),
             d(t.kill_grace),
-            if election == ElectionMode::FenceOnly {
-                " --passmower-election=fence-only"
-            } else {
-                ""
+            match election {
+                ElectionMode::FenceOnly => " --passmower-election=fence-only",
+                ElectionMode::OursBridge => " --on-change=lease-bridge",
+                _ => "",
             },
         ));
     }

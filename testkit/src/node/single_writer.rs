@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::audit::{self, now_us};
-use super::passmower::{self, secret_name, Install, APP_CONTAINER};
+use super::passmower::{self, secret_name, ElectionMode, Install, APP_CONTAINER};
 use super::{pods, report, Node};
 use crate::supervise::environ_var;
 
@@ -146,6 +146,10 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
     let leader = install.leader_pod(&client).await.expect("a leader pod");
     let leader_name = leader.metadata.name.clone().unwrap_or_default();
     let real = Some(install.namespace.clone());
+    // With the lease bridge the one process per pod gets the real selector inside itself, never
+    // in its /proc environment: every pod must show one process with the idle selector; who
+    // operates is then what the audit log shows below (the leader's pod alone writes).
+    let bridge = install.election == ElectionMode::OursBridge;
     let mut selectors: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
     let mut specs = String::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -163,7 +167,16 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
             );
         }
         let leaders = selectors.values().flatten().filter(|s| **s == real).count();
-        if leaders == 1
+        if bridge
+            && leaders == 0
+            && selectors
+                .values()
+                .all(|v| v.len() == 1 && v.iter().all(Option::is_some))
+        {
+            break true;
+        }
+        if !bridge
+            && leaders == 1
             && selectors
                 .values()
                 .all(|v| !v.is_empty() && v.iter().all(Option::is_some))
@@ -177,13 +190,19 @@ pub async fn assert_one_operator(node: &Node, install: &Install, client_name: &s
     };
     assert!(
         ok,
-        "want exactly one Passmower process with NAMESPACE_SELECTOR={}: {selectors:?}",
+        "want {} NAMESPACE_SELECTOR={} in a process's environment: {selectors:?}",
+        if bridge {
+            "one Passmower process per pod, none with"
+        } else {
+            "exactly one Passmower process with"
+        },
         install.namespace
     );
     assert!(
-        selectors
-            .get(&leader_name)
-            .is_some_and(|v| v.contains(&real)),
+        bridge
+            || selectors
+                .get(&leader_name)
+                .is_some_and(|v| v.contains(&real)),
         "the real selector is not in the Lease holder's pod {leader_name}: {selectors:?}"
     );
     // The pods' own spec tells the mode: a post-renderer install's manifest says it too, a
