@@ -47,9 +47,9 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::port_map;
 use crate::clock::BootInstant;
 use crate::grant::Mode;
+use crate::supervise::leader_instance::port_map;
 
 /// The preload module (see the module doc).
 pub const PRELOAD: &str = include_str!("lease_bridge/preload.mjs");

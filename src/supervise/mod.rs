@@ -41,41 +41,40 @@
 //!   of it (acked when started, demoted by killing its group, capped at expiry + K, its exits
 //!   counted as failed leader starts). Signals go to both; at shutdown the supervisor exits once
 //!   both groups are gone, with the serving instance's status. `--leader-port-map` moves a Node
-//!   leader instance's listeners to loopback (see `port_map.rs` for why that way).
+//!   leader instance's listeners to loopback (see `leader_instance/port_map.rs` for why that
+//!   way).
 //! - With `--leader-standby` a third process group runs while the pod does not lead: the
 //!   leader instance started ahead, with the follower environment, its dependencies imported,
-//!   blocked before the app's first line until the go (see `standby.rs`). A promotion gives it
-//!   the go instead of starting a process; it exits on EOF when the supervisor is gone.
+//!   blocked before the app's first line until the go (see `leader_instance/standby.rs`). A
+//!   promotion gives it the go instead of starting a process; it exits on EOF when the
+//!   supervisor is gone.
 //!
 //! This file holds the wiring of the tasks (the runtime and the exit codes are
 //! [`crate::runtime`]'s); the flags and their checks are in `options.rs`, the loop in
-//! `supervisor.rs`, what it obeys and acks in `obedience.rs` (docs/design/layout.md has the rest).
+//! `supervisor.rs` (its lease-bridge and leader-instance parts in `supervisor/`), what it obeys
+//! and acks in `grant/`, one process group's life in `process/`, and what the leader-instance
+//! mode needs in `leader_instance/` (docs/design/layout.md has the rest).
 
-mod child;
-pub mod converge;
-mod follow;
-mod health;
-mod instance;
+mod grant;
+mod leader_instance;
 mod lease_bridge;
-mod listening;
 pub mod mode;
-mod obedience;
 mod options;
-mod port_map;
-mod serving;
+mod process;
 mod settings;
-mod standby;
 mod status;
-mod stop;
 mod supervisor;
-mod toggle;
-mod trust;
+
+/// The promotion check, also run by the tests against a real API server.
+pub use leader_instance::converge;
 
 use std::process::ExitCode;
 
 use tokio::sync::{mpsc, watch};
 
+use grant::{follow, toggle, trust};
 pub use options::SuperviseArgs;
+use process::child;
 use supervisor::Supervisor;
 
 /// Runs the role: a configuration error exits 2 (with the flag named) before anything starts; a

@@ -175,7 +175,7 @@ pub enum OnChange {
     /// Keep one instance with the follower environment running (and serving) the whole time,
     /// and run a second, leader-only instance beside it while leader. The leader instance is
     /// the grant-following child, run as with `Restart` and `--on-follower=stop`; the serving
-    /// instance is never restarted because of the grant (see `serving.rs`).
+    /// instance is never restarted because of the grant (see `leader_instance/serving.rs`).
     LeaderInstance,
     /// One process for both modes, a self-electing Passmower with its own election on: the lease
     /// bridge answers that election's Lease from the grant, and the mode changes when the app's

@@ -6,15 +6,15 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::converge;
-use super::health::{self, HealthSpec};
-use super::lease_bridge;
-use super::mode::{self, Backoff, OnChange, OnFollower};
-use super::port_map;
-use super::settings::Settings;
-use super::standby::spec::{self as standby, StandbySpec};
 use crate::config::{parse_key_value, parse_positive_duration, ConfigError};
 use crate::grant;
+use crate::supervise::leader_instance::converge;
+use crate::supervise::leader_instance::health::{self, HealthSpec};
+use crate::supervise::leader_instance::port_map;
+use crate::supervise::leader_instance::standby::spec::{self as standby, StandbySpec};
+use crate::supervise::lease_bridge;
+use crate::supervise::mode::{self, Backoff, OnChange, OnFollower};
+use crate::supervise::settings::Settings;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\

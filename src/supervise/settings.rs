@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::converge::Converge;
-use super::health::HealthSpec;
-use super::mode::{Backoff, OnChange, OnFollower};
-use super::standby::spec::StandbySpec;
+use crate::supervise::leader_instance::converge::Converge;
+use crate::supervise::leader_instance::health::HealthSpec;
+use crate::supervise::leader_instance::standby::spec::StandbySpec;
+use crate::supervise::mode::{Backoff, OnChange, OnFollower};
 
 /// What the supervisor was configured to do; see the flags in `SuperviseArgs`.
 #[derive(Debug, Clone)]

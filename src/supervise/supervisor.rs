@@ -6,6 +6,9 @@
 //! to reason about. A stop is a state, not an `await`: while the old group dies the loop keeps
 //! reaping, forwarding signals, answering `GET /mode` and queueing pushes.
 
+mod bridge;
+mod leader_instance;
+
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -15,44 +18,27 @@ use signal_hook::consts::signal::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIG
 use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::child::{self, Exit};
-use super::converge::{self, Outcome};
-use super::follow::Observation;
-use super::health::{self, LeaderHealth, Verdict};
-use super::instance::{self, Ended, Instance};
-use super::lease_bridge::{self, Overdue, Said, Tracker};
-use super::listening;
-use super::mode::{self, OnChange, SignalDemotion, Step};
-use super::obedience::{Channel, LeaderCounts, Obedience, Offer};
-use super::serving::Serving;
-use super::settings::Settings;
-use super::standby::{Go, Standby};
-use super::status::{ConvergeStatus, Status};
-use super::toggle::{Push, Reply};
-use super::trust::Trust;
+use bridge::Bridged;
+use leader_instance::{ConvergeState, Converged};
+
 use crate::clock::{self, BootInstant};
 use crate::grant::{Grant, Mode, Order};
+use crate::supervise::grant::follow::Observation;
+use crate::supervise::grant::obedience::{Channel, LeaderCounts, Obedience, Offer};
+use crate::supervise::grant::toggle::{Push, Reply};
+use crate::supervise::grant::trust::Trust;
+use crate::supervise::leader_instance::health::{self, LeaderHealth};
+use crate::supervise::leader_instance::serving::Serving;
+use crate::supervise::leader_instance::standby::Standby;
+use crate::supervise::lease_bridge::Said;
+use crate::supervise::mode::{self, OnChange, SignalDemotion, Step};
+use crate::supervise::process::child::{self, Exit};
+use crate::supervise::process::instance::{self, Ended, Instance};
+use crate::supervise::settings::Settings;
+use crate::supervise::status::Status;
 
 /// Signals the supervisor handles; all but SIGCHLD are forwarded to the child.
 pub const SIGNALS: [i32; 7] = [SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2];
-
-/// A finished promotion check: its number and what it found.
-type Converged = (u64, Result<Outcome, String>);
-
-/// The promotion check of `--converge-oidc-clients`, per leader start.
-#[derive(Debug, Default)]
-struct ConvergeState {
-    /// The check in flight: its number and task (aborted when the leader start is no longer
-    /// wanted; its late writes would be refused by the fence anyway).
-    running: Option<(u64, tokio::task::JoinHandle<()>)>,
-    /// Checks started so far (numbers them).
-    started: u64,
-    /// The check for the next leader start is done.
-    done: bool,
-    /// The start the check delays is a restart after a crash.
-    after_crash: bool,
-    status: ConvergeStatus,
-}
 
 /// An answer owed to a push; given once the loop has settled.
 #[derive(Debug)]
@@ -111,25 +97,6 @@ pub struct Supervisor {
     bridge_tx: mpsc::UnboundedSender<(u64, Said)>,
     bridge_rx: Option<mpsc::UnboundedReceiver<(u64, Said)>>,
     status: watch::Sender<Status>,
-}
-
-/// The lease bridge of the process that runs now (see `lease_bridge.rs`).
-#[derive(Debug)]
-struct Bridged {
-    /// Its start's number: what its preload says is tagged with it.
-    start: u64,
-    tracker: Tracker,
-    link: Option<lease_bridge::Link>,
-}
-
-impl Bridged {
-    fn tell(&mut self, mode: Mode, deadline: Option<BootInstant>) {
-        let line = self.tracker.tell(mode, deadline);
-        if let Some(Err(e)) = self.link.as_ref().map(|l| l.send(&line)) {
-            tracing::warn!(error = %e, %mode, "cannot tell the lease bridge the grant; \
-                nothing is acked until the app's election has taken it in");
-        }
-    }
 }
 
 impl Supervisor {
@@ -355,56 +322,6 @@ impl Supervisor {
         }
     }
 
-    /// A serving instance held back for the leader instance's head start waits no longer once no
-    /// leader instance runs or is on its way (its start failed, it exited, the pod was demoted):
-    /// nothing boots that it would compete with, and the pod would serve nothing meanwhile.
-    fn serving_after_leader(&mut self) {
-        if self.converge.running.is_some() || !self.child.is_idle() {
-            return;
-        }
-        if let Some(serving) = &mut self.serving {
-            serving.start_now_if_held(&self.settings, BootInstant::now());
-        }
-    }
-
-    /// Hands `pid`'s exit to the serving instance if it is its main process; true if it was.
-    /// An exit on its own ends the supervisor with `--exit-with-child`, as the leader's does.
-    fn serving_exited(&mut self, pid: Pid, exit: Exit) -> bool {
-        let grace = self.obedience.kill_grace();
-        let Some(serving) = &mut self.serving else {
-            return false;
-        };
-        match serving.on_exit(pid, exit, BootInstant::now(), grace) {
-            None => false,
-            Some(own) => {
-                if let (Some(exit), true, None) =
-                    (own, self.settings.exit_with_child, &self.shutdown)
-                {
-                    tracing::info!(pid = pid.as_raw(), %exit, "serving instance exited; exiting with it");
-                    self.shutdown = Some(Shutdown {
-                        exit_code: Some(exit.code()),
-                    });
-                    self.crash_hold = None;
-                    self.reconcile();
-                }
-                true
-            }
-        }
-    }
-
-    /// Once the supervisor is shutting down for any reason (a signal, or `--exit-with-child`
-    /// after the leader instance exited), the serving instance goes too.
-    fn serving_follows_shutdown(&mut self) {
-        if self.shutdown.is_none() {
-            return;
-        }
-        let grace = self.obedience.kill_grace();
-        if let Some(serving) = &mut self.serving {
-            serving.shutdown(false, BootInstant::now(), grace);
-            serving.tick(&self.settings, BootInstant::now());
-        }
-    }
-
     fn reap(&mut self) {
         for (pid, exit) in child::reap_all() {
             if self.serving_exited(pid, exit) {
@@ -626,108 +543,6 @@ impl Supervisor {
         }
     }
 
-    /// Tells the running process's lease bridge the new mode. A demotion must be taken in by the
-    /// kill deadline (no later than the kill grace after the expiry of the grant it ran under),
-    /// or the process is killed; a promotion counts as a leader start.
-    fn bridge_to(&mut self, m: Mode, now: BootInstant) {
-        let deadline =
-            (m == Mode::Follower).then(|| self.obedience.kill_deadline(now)(Mode::Leader));
-        let Some(r) = self.child.running_mut() else {
-            return;
-        };
-        tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m,
-            "telling the app's election the grant through the lease bridge");
-        r.mode = m;
-        if let Some(b) = &mut self.bridge {
-            b.tell(m, deadline);
-        }
-        if m == Mode::Leader {
-            self.leader_starts = self.leader_starts.saturating_add(1);
-        }
-    }
-
-    /// Whether acks must wait, with `--on-change=lease-bridge`: the running process has not yet
-    /// shown that its election follows the bridge, or has not taken the last grant in. Never at
-    /// shutdown. With no process running (a crash's backoff) acks go as in the other modes, with
-    /// the failed leader starts the elector steps down on.
-    fn bridge_holds_acks(&self) -> bool {
-        if self.shutdown.is_some() || self.child.running().is_none() {
-            return false;
-        }
-        self.bridge.as_ref().is_some_and(|b| b.tracker.waiting())
-    }
-
-    /// When the running process's bridge must be looked at again (see [`Tracker::wake_at`]).
-    fn bridge_wake_at(&self) -> Option<BootInstant> {
-        self.child.running()?;
-        self.bridge.as_ref()?.tracker.wake_at()
-    }
-
-    fn on_bridge(&mut self, (start, said): (u64, Said)) {
-        let Some(b) = self.bridge.as_mut().filter(|b| b.start == start) else {
-            return; // an earlier process's
-        };
-        match said {
-            Said::Ready => tracing::debug!(start, "lease bridge in place"),
-            Said::Broken(why) => self.refuse_bridge(&format!("its preload says: {why}")),
-            Said::Read { n, us } => {
-                let first = !b.tracker.proven();
-                let taken = b.tracker.on_read(n, us);
-                if first {
-                    tracing::info!(
-                        start,
-                        "the app's election reads its Lease through the lease bridge"
-                    );
-                }
-                if let Some(mode) = taken {
-                    tracing::info!(%mode, "the app's election has taken the grant in");
-                }
-                if first || taken.is_some() {
-                    self.reconcile();
-                }
-            }
-            Said::Closed => tracing::debug!(start, "lease bridge socket closed"),
-        }
-    }
-
-    fn on_bridge_due(&mut self) {
-        let now = BootInstant::now();
-        let Some(b) = &self.bridge else {
-            return;
-        };
-        match b.tracker.overdue(now) {
-            Overdue::Nothing => {}
-            Overdue::Unproven => self.refuse_bridge(&format!(
-                "no read of its Lease came through the bridge within {} of its start",
-                crate::config::human(lease_bridge::PROOF_WITHIN)
-            )),
-            Overdue::Demotion => {
-                if let Some(pid) = self.child.kill() {
-                    tracing::warn!(
-                        pid = pid.as_raw(),
-                        "the app's election did not take the demotion in within the kill grace; \
-                         killed its process group (it restarts as follower)"
-                    );
-                }
-            }
-        }
-    }
-
-    /// The app's election does not go through the lease bridge: it would elect on its own beside
-    /// ours. Stop it and exit 2; nothing was acked for it, so the pod never contended.
-    fn refuse_bridge(&mut self, why: &str) {
-        if self.shutdown.is_some() {
-            return;
-        }
-        tracing::error!(%why,
-            "the app's leader election does not go through the lease bridge, so it would elect on \
-             its own beside the elector; refusing to run it. Use --on-change=leader-instance (the \
-             two-instance mode, with LEADER_ELECTION_ENABLED=false) for this Passmower");
-        self.shutdown = Some(Shutdown { exit_code: Some(2) });
-        self.crash_hold = None;
-        self.reconcile();
-    }
-
     fn start(&mut self, m: Mode, now: BootInstant) {
         let after_crash = match self.crash_hold {
             Some((held, at)) if held == m => {
@@ -788,282 +603,6 @@ impl Supervisor {
                 }
             }
         }
-    }
-
-    /// Starts the one process of `--on-change=lease-bridge` with a fresh bridge socket, and
-    /// tells its bridge the mode at once (the preload answers "held by another" until then).
-    fn spawn_bridged(&mut self, m: Mode, now: BootInstant) -> std::io::Result<Pid> {
-        let pair = lease_bridge::Pair::open()?;
-        let mut env = self.settings.bridge.clone().unwrap_or_default();
-        env.push(pair.env());
-        let pid = self.child.spawn(
-            &self.settings.command,
-            &self.settings.follower_args,
-            &env,
-            m,
-            now,
-        )?;
-        self.bridge_starts += 1;
-        let start = self.bridge_starts;
-        let link = pair
-            .link(start, self.bridge_tx.clone())
-            .inspect_err(|e| {
-                tracing::error!(error = %e, "cannot read the lease bridge's socket; the process \
-                    cannot show that its election follows the grant, and is refused");
-            })
-            .ok();
-        let mut bridged = Bridged {
-            start,
-            tracker: Tracker::started(now),
-            link,
-        };
-        bridged.tell(m, None);
-        self.bridge = Some(bridged);
-        Ok(pid)
-    }
-
-    /// Starts the leader instance afresh. While the serving instance's first start waits for
-    /// it, it is given the listening pipe (see `listening`), when its preload can use one.
-    fn spawn_leader(&mut self, now: BootInstant) -> std::io::Result<Pid> {
-        let waited_for = self.settings.leader_says_listening
-            && self.serving.as_ref().is_some_and(Serving::first_start_held);
-        let pipe = waited_for
-            .then(|| {
-                listening::Pipe::open()
-                    .inspect_err(|e| {
-                        tracing::warn!(error = %e, "cannot open the listening pipe; the serving \
-                            instance starts after the whole head start");
-                    })
-                    .ok()
-            })
-            .flatten();
-        let mut env = std::borrow::Cow::Borrowed(&self.settings.leader_env);
-        if let Some(pipe) = &pipe {
-            env.to_mut().push(pipe.env());
-        }
-        let pid = self.child.spawn(
-            &self.settings.command,
-            &self.settings.leader_args,
-            &env,
-            Mode::Leader,
-            now,
-        )?;
-        if let Some(pipe) = pipe {
-            if let Err(e) = pipe.watch(self.listening_tx.clone()) {
-                tracing::warn!(error = %e, "cannot watch the listening pipe; the serving \
-                    instance starts after the whole head start");
-            }
-        }
-        Ok(pid)
-    }
-
-    /// The leader instance started while the serving instance waits has booted (its first
-    /// listen) or is gone: the serving instance need not wait any longer.
-    fn on_leader_listening(&mut self) {
-        let settings = &self.settings;
-        let started = self
-            .serving
-            .as_mut()
-            .is_some_and(|serving| serving.start_now_if_held(settings, BootInstant::now()));
-        if started {
-            tracing::info!("the leader instance listens; starting the serving instance");
-        }
-    }
-
-    /// With `--leader-standby`, a leader start gives the waiting standby the go instead of starting
-    /// a new process: it becomes the child, started now. `None`: start afresh (not a leader
-    /// start, no standby configured, none waiting, or the go could not be sent).
-    fn go_standby(&mut self, m: Mode, now: BootInstant) -> Option<Pid> {
-        let (Mode::Leader, Some(spec), Some(standby)) =
-            (m, self.settings.standby.as_ref(), self.standby.as_mut())
-        else {
-            return None;
-        };
-        match standby.go(spec, now) {
-            Go::Given(leader) => {
-                // The child is idle here (a leader start happens only then), and the standby
-                // is running: it simply takes the child's place.
-                self.child = leader;
-                let pid = self.child.main_pid();
-                if let Some(pid) = pid {
-                    tracing::info!(
-                        pid = pid.as_raw(),
-                        "standby given the go: it is the leader instance now"
-                    );
-                }
-                pid
-            }
-            Go::NotReady => {
-                tracing::info!("no standby waiting; starting the leader instance afresh");
-                None
-            }
-            Go::Failed(error) => {
-                tracing::warn!(%error, "cannot give the standby the go; starting the leader instance afresh");
-                None
-            }
-        }
-    }
-
-    /// Keeps one standby waiting while it is wanted: this pod is not owed leader, no leader
-    /// instance runs or stops (a new standby only once the old leader instance is gone), and the
-    /// supervisor is not shutting down (then it is withdrawn).
-    fn tend_standby(&mut self) {
-        let (Some(spec), Some(standby)) = (self.settings.standby.as_ref(), self.standby.as_mut())
-        else {
-            return;
-        };
-        if self.shutdown.is_some() {
-            standby.withdraw("the supervisor is shutting down");
-        }
-        let now = BootInstant::now();
-        let wanted = self.shutdown.is_none()
-            && self.child.is_idle()
-            && self.obedience.target(now) != Mode::Leader;
-        standby.tick(wanted, &self.settings, spec, now);
-    }
-
-    /// Probes the leader instance while one runs in leader mode (and the supervisor is not
-    /// shutting down), nothing otherwise; each run is probed afresh.
-    fn tend_health(&mut self) {
-        let Some(health) = &mut self.health else {
-            return;
-        };
-        let running = self
-            .child
-            .running()
-            .filter(|r| r.mode == Mode::Leader && self.shutdown.is_none())
-            .map(|r| (r.pid, r.started));
-        health.tend(running, &self.health_tx);
-    }
-
-    /// Counts a probe's answer; once the leader instance has failed `--leader-health-failures`
-    /// probes in a row it is stopped and restarted as if it had crashed: after the backoff, and
-    /// counted as a failed leader start unless it had answered healthy for
-    /// `--restart-backoff-reset` (its stable run), so a leader that cannot stay healthy makes
-    /// the elector step down after the same budget as one that keeps exiting.
-    fn on_health(&mut self, answer: health::Answer) {
-        let Some(health) = &mut self.health else {
-            return;
-        };
-        let now = BootInstant::now();
-        let pid = answer.pid.as_raw();
-        let failures = health.spec().failures;
-        let url = format!("http://{}{}", health.spec().addr, health.spec().path);
-        match health.judge(answer, now) {
-            Verdict::Stale | Verdict::Healthy => {}
-            Verdict::Failed { in_a_row, reason } => {
-                tracing::warn!(pid, %url, %reason, in_a_row, restart_at = failures,
-                    "leader instance's health probe failed");
-            }
-            Verdict::Unhealthy {
-                in_a_row,
-                reason,
-                healthy_for,
-            } => {
-                self.leader_start_failures = mode::leader_failures_after_exit(
-                    self.leader_start_failures,
-                    healthy_for,
-                    self.settings.backoff.reset_after,
-                );
-                let delay = self.settings.backoff.on_exit(healthy_for);
-                tracing::error!(pid, %url, %reason, in_a_row,
-                    healthy_for = %crate::config::human(healthy_for),
-                    failures_in_a_row = self.leader_start_failures,
-                    restart_in = %crate::config::human(delay),
-                    "leader instance failed its health probe too often in a row; restarting it \
-                     as if it had crashed");
-                self.crash_hold = Some((Mode::Leader, now.saturating_add(delay)));
-                self.begin_stop();
-            }
-        }
-    }
-
-    /// Whether a leader start may go ahead: without `--converge-oidc-clients`, or once this
-    /// start's check is done (started here if it is not running yet).
-    fn converge_ready(&mut self, after_crash: bool) -> bool {
-        let Some(spec) = self.settings.converge.clone() else {
-            return true;
-        };
-        if self.converge.done {
-            return true;
-        }
-        if self.converge.running.is_none() {
-            self.converge.started += 1;
-            self.converge.after_crash = after_crash;
-            let id = self.converge.started;
-            let tx = self.converged_tx.clone();
-            tracing::info!(
-                "checking the OIDCClients this Deployment claimed for missing client Secrets \
-                 before the leader instance starts"
-            );
-            let task = tokio::spawn(async move {
-                let result = match tokio::time::timeout(converge::CONVERGE_LIMIT, spec.run()).await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(format!(
-                        "not finished within {}",
-                        crate::config::human(converge::CONVERGE_LIMIT)
-                    )),
-                };
-                let _ = tx.send((id, result));
-            });
-            self.converge.running = Some((id, task));
-        }
-        false
-    }
-
-    /// The leader start the check was for is no longer wanted: stop the check, and check again
-    /// before the next one.
-    fn abandon_converge(&mut self) {
-        if let Some((_, task)) = self.converge.running.take() {
-            task.abort();
-            tracing::info!("leader start no longer wanted; promotion check abandoned");
-        }
-        self.converge.done = false;
-        self.converge.after_crash = false;
-    }
-
-    fn on_converged(&mut self, (id, result): Converged) {
-        if self.converge.running.as_ref().map(|(i, _)| *i) != Some(id) {
-            return; // an abandoned check's late answer
-        }
-        self.converge.running = None;
-        self.converge.done = true;
-        let status = &mut self.converge.status;
-        status.checks += 1;
-        match result {
-            Ok(out) => {
-                status.missing_client_secrets += out.missing.len() as u64;
-                status.released_clients += out.released.len() as u64;
-                for client in &out.released {
-                    tracing::warn!(%client,
-                        "OIDCClient claimed by this Deployment has no client Secret (a write \
-                         sequence cut short by a takeover, a crash or a deletion); handed back so \
-                         the leader instance claims and reconciles it");
-                }
-                for failure in &out.failed {
-                    tracing::error!(%failure, "OIDCClient left unreconciled by the promotion check");
-                }
-                for client in &out.skipped {
-                    tracing::warn!(%client,
-                        "OIDCClient not checked: NAMESPACE_SELECTOR uses more than `*`, so the \
-                         check cannot tell whether the operator reconciles its namespace");
-                }
-                tracing::info!(
-                    checked = out.checked,
-                    missing = out.missing.len(),
-                    released = out.released.len(),
-                    "promotion check done; starting the leader instance"
-                );
-            }
-            Err(error) => {
-                status.failed_checks += 1;
-                tracing::error!(%error,
-                    "promotion check failed; starting the leader instance anyway (a client whose \
-                     Secret is missing stays so until its OIDCClient changes)");
-            }
-        }
-        self.reconcile();
     }
 
     /// Writes the ack file and answers waiting pushes; only called when no stop (or demotion by

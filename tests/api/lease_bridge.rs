@@ -128,7 +128,7 @@ async fn setup() -> Option<Bed> {
     let preload = dir.path().join("port-map-preload.mjs");
     std::fs::write(
         &preload,
-        include_str!("../../src/supervise/port_map/preload.mjs"),
+        include_str!("../../src/supervise/leader_instance/port_map/preload.mjs"),
     )
     .expect("write the preload");
     Some(Bed {

@@ -132,7 +132,7 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
     let preload = dir.path().join("port-map-preload.mjs");
     std::fs::write(
         &preload,
-        include_str!("../../src/supervise/port_map/preload.mjs"),
+        include_str!("../../src/supervise/leader_instance/port_map/preload.mjs"),
     )
     .expect("write the preload");
     let node_options = format!("--import=file://{}", preload.display());

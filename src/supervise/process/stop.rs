@@ -4,8 +4,8 @@
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::child::{self, Exit};
 use crate::clock::BootInstant;
+use crate::supervise::process::child::{self, Exit};
 
 /// A process group on its way out. Shared by the grant-following child and the serving
 /// instance, so both keep the same promise: nothing of the group outlives `kill_at`.

@@ -9,7 +9,7 @@ use crate::clock::BootInstant;
 use crate::grant::auth::{self, Token};
 use crate::grant::Grant;
 
-use super::mode;
+use crate::supervise::mode;
 
 /// How often a persistent token problem is logged again.
 const COMPLAINT_INTERVAL: Duration = Duration::from_secs(30);

@@ -7,7 +7,8 @@
 //! whose API watch is half-open keeps the Lease for ever while every figure says operators
 //! run. So the supervisor asks the app itself, as the kubelet's liveness probe would: a GET
 //! every period, a failure being no 2xx answer within the timeout; that many failures in a row
-//! and the loop restarts the instance as if it had crashed (see `supervisor.rs`).
+//! and the loop restarts the instance as if it had crashed (see
+//! `supervise/supervisor/leader_instance.rs`).
 //!
 //! A probe task runs per leader-instance run (by PID), one probe at a time, so a hanging
 //! endpoint never piles up connections; its answers go to the loop, which counts them here.

@@ -11,9 +11,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::status::Status;
-use super::trust::Refusal;
 use crate::grant::{Grant, Mode, Order};
+use crate::supervise::grant::trust::Refusal;
+use crate::supervise::status::Status;
 
 /// A grant object pushed by the elector, with the way back for its answer.
 #[derive(Debug)]

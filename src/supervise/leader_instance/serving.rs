@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use nix::unistd::Pid;
 
-use super::child::Exit;
-use super::instance::{Ended, Instance};
-use super::mode::Backoff;
-use super::settings::Settings;
-use super::status::ServingStatus;
 use crate::clock::BootInstant;
 use crate::grant::Mode;
+use crate::supervise::mode::Backoff;
+use crate::supervise::process::child::Exit;
+use crate::supervise::process::instance::{Ended, Instance};
+use crate::supervise::settings::Settings;
+use crate::supervise::status::ServingStatus;
 
 #[derive(Debug)]
 pub struct Serving {

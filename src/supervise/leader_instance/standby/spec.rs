@@ -3,7 +3,7 @@
 //! own) and the go that makes its environment the leader instance's, key for key. Pure data:
 //! the settings hold it, and [`super`] runs it.
 
-use super::super::port_map;
+use crate::supervise::leader_instance::port_map;
 
 /// The preload that warms the module cache and waits for the go (see the module doc).
 pub const PRELOAD: &str = include_str!("preload.mjs");

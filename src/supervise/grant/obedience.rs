@@ -4,16 +4,16 @@
 //! It stands apart from the loop because the safety argument rests on it alone and it knows
 //! nothing of processes: which objects are obeyed, when a leader grant stops counting, what is
 //! acked and how late a leader may be killed are decided here; how the child gets there (starts,
-//! stops, signals, restarts) is the loop's, in `supervisor.rs`.
+//! stops, signals, restarts) is the loop's, in `supervise/supervisor.rs`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::mode::{self, OnChange, SignalDemotion, Verdict};
-use super::settings::Settings;
-use super::trust::{LogThrottle, Refusal, Trust};
 use crate::clock::BootInstant;
 use crate::grant::{self, Grant, GrantError, Mode, Order};
+use crate::supervise::grant::trust::{LogThrottle, Refusal, Trust};
+use crate::supervise::mode::{self, OnChange, SignalDemotion, Verdict};
+use crate::supervise::settings::Settings;
 
 /// The channel an object arrived by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use nix::unistd::Pid;
 
-use super::child::{self, Exit};
-use super::stop::GroupStop;
 use crate::clock::BootInstant;
 use crate::grant::Mode;
+use crate::supervise::process::child::{self, Exit};
+use crate::supervise::process::stop::GroupStop;
 
 /// How often a stop checks whether the process group is gone. Short, because a restart waits on
 /// it; SIGCHLD usually finishes the stop before the first tick.

@@ -15,7 +15,7 @@
 //!   so no timer or callback of an imported dependency runs either. It starts with the follower
 //!   environment, so even code that ran early would find the idle selector.
 //! - The go is sent from one place only: where a fresh leader instance would be started
-//!   ([`super::supervisor`]'s leader start), after the same checks (the grant, the promotion
+//!   ([`crate::supervise::supervisor`]'s leader start), after the same checks (the grant, the promotion
 //!   check of `--converge-oidc-clients`). From the go on, the standby is the leader instance,
 //!   with every rule of one: acked once the go is written, killed by expiry + K, its exits
 //!   counted as failed leader starts.
@@ -32,13 +32,13 @@ use nix::unistd::Pid;
 
 pub mod spec;
 
-use super::child::Exit;
-use super::instance::{Ended, Instance};
-use super::mode::Backoff;
-use super::settings::Settings;
-use super::status::StandbyStatus;
 use crate::clock::BootInstant;
 use crate::grant::Mode;
+use crate::supervise::mode::Backoff;
+use crate::supervise::process::child::Exit;
+use crate::supervise::process::instance::{Ended, Instance};
+use crate::supervise::settings::Settings;
+use crate::supervise::status::StandbyStatus;
 use spec::{StandbySpec, FD_VAR};
 
 /// What became of a go.
