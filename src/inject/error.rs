@@ -1,7 +1,7 @@
 //! Why a stream cannot be injected.
 
-use super::yaml::YamlError;
 use crate::config::ConfigError;
+use crate::inject::yaml::YamlError;
 
 /// Why a stream cannot be injected. Every variant ends `inject` with exit code 2 and no output.
 #[derive(Debug, thiserror::Error)]

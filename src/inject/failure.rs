@@ -42,7 +42,7 @@ pub fn failure_manifest(message: &str) -> String {
     object.insert("kind".into(), FAILURE_KIND.into());
     object.insert("metadata".into(), Value::Mapping(metadata));
     out.push_str("---\n");
-    out.push_str(&super::yaml::to_yaml(&Value::Mapping(object)));
+    out.push_str(&crate::inject::yaml::to_yaml(&Value::Mapping(object)));
     out
 }
 
@@ -72,7 +72,7 @@ mod tests {
     #[test]
     fn the_failure_object_names_the_reason_and_parses() {
         let text = failure_manifest("no target found: no Deployment\nwith a container \"x\"");
-        let docs = super::super::yaml::parse_stream(&text).unwrap();
+        let docs = crate::inject::yaml::parse_stream(&text).unwrap();
         let object = docs.iter().find(|d| !d.value.is_null()).unwrap();
         assert_eq!(object.value["kind"].as_str(), Some(FAILURE_KIND));
         assert_eq!(

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde_norway::{Mapping, Value};
 
-use super::names::VERSION;
-use super::run::{Injected, Rewrite};
-use super::yaml;
 use crate::atomic_file;
+use crate::inject::names::VERSION;
+use crate::inject::run::{Injected, Rewrite};
+use crate::inject::yaml;
 
 /// The Kubernetes merge key (`patchMergeKey`) of the lists a pod-template rewrite touches.
 fn merge_key(field: &str) -> Option<&'static str> {

@@ -9,32 +9,25 @@
 mod companions;
 mod error;
 mod failure;
-pub mod fence;
-pub mod guard;
-mod identity;
 mod kustomize;
-mod monitor;
 mod names;
 pub mod native_election;
 mod options;
-mod pod;
+mod pod_spec;
 pub mod published;
-mod pull_secrets;
-mod rbac;
-mod release_namespace;
 mod run;
-mod sizing;
-mod strategy;
 mod target;
 mod value;
-mod workload;
 pub mod yaml;
+
+pub use companions::{fence, guard};
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use crate::config::{self, ConfigError};
 pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
+pub use companions::rbac::{deny_policy_name, elector_lease_rules};
 pub use error::InjectError;
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
@@ -49,8 +42,7 @@ pub use options::{
     InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LEASE_BRIDGE_MIN_KILL_GRACE,
     LONG_ABOUT, PROJECT_IMAGE_REPOSITORY,
 };
-pub use pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
-pub use rbac::{deny_policy_name, elector_lease_rules};
+pub use pod_spec::pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use run::{compatible, inject, inject_str, Injected, Rewrite};
 pub use yaml::YamlError;
 

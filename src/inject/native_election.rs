@@ -26,7 +26,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::names::DEFAULT_CONTAINER;
+use crate::inject::names::DEFAULT_CONTAINER;
 
 /// Upstream's switch: anything but `false` leaves its election on.
 pub const ENABLED_VAR: &str = "LEADER_ELECTION_ENABLED";

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
-use super::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
-use super::native_election::PassmowerElection;
-use super::published;
 use crate::config::{self, is_dns1123_label, is_dns1123_subdomain, ConfigError};
 use crate::election::Timing;
+use crate::inject::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
+use crate::inject::native_election::PassmowerElection;
+use crate::inject::published;
 
 /// The repository the project's releases publish the sidecar image to. Releases push version
 /// tags only (never `latest`: pods restarted at different times would run different electors),
@@ -1087,7 +1087,7 @@ mod tests {
     fn app_command_forms() {
         assert_eq!(
             parse_app_command("node --no-warnings src/app.js").unwrap(),
-            super::super::names::PASSMOWER_APP_COMMAND
+            crate::inject::names::PASSMOWER_APP_COMMAND
         );
         assert_eq!(
             parse_app_command(r#"["sh", "-c", "exec a b"]"#).unwrap(),

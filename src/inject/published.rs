@@ -8,7 +8,7 @@
 //! covers the binary), so it defaults to `REPOSITORY:VERSION`; the standalone binaries are built
 //! after the image and default to `REPOSITORY:VERSION@DIGEST`. A malformed value fails the build.
 
-use super::names::VERSION;
+use crate::inject::names::VERSION;
 
 /// The repository of this build's published image; `None` (or empty) in a development build.
 const RELEASE_REPOSITORY: Option<&str> = option_env!("PME_RELEASE_IMAGE");

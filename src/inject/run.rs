@@ -3,12 +3,16 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::companions::Companions;
-use super::error::InjectError;
-use super::names::VERSION;
-use super::native_election::PassmowerElection;
-use super::options::{AppOnChange, InjectOptions};
-use super::{guard, monitor, target, workload, yaml};
+use crate::inject::companions::decide::Companions;
+use crate::inject::companions::guard;
+use crate::inject::companions::monitor;
+use crate::inject::error::InjectError;
+use crate::inject::names::VERSION;
+use crate::inject::native_election::PassmowerElection;
+use crate::inject::options::{AppOnChange, InjectOptions};
+use crate::inject::pod_spec::workload;
+use crate::inject::target;
+use crate::inject::yaml;
 
 /// One object `inject` rewrote, as it was and as it is now: what a kustomize patch is made of.
 #[derive(Debug, Clone, PartialEq)]

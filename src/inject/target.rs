@@ -3,11 +3,11 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::error::InjectError;
-use super::names::{WorkloadKind, INJECTED_ANNOTATION, LEASE_ANNOTATION};
-use super::native_election;
-use super::options::InjectOptions;
-use super::value::{at, str_at};
+use crate::inject::error::InjectError;
+use crate::inject::names::{WorkloadKind, INJECTED_ANNOTATION, LEASE_ANNOTATION};
+use crate::inject::native_election;
+use crate::inject::options::InjectOptions;
+use crate::inject::value::{at, str_at};
 
 /// A workload the options aim at (right kind, with the target container): what the rewrite
 /// and the companion objects (RBAC, budget, fence, deny policy) need to know about it.

@@ -671,7 +671,10 @@ fn every_kind_of_message_is_found() {
     eprintln!("configuration flags: {}", flags.len());
     let fence: Vec<&Message> = messages
         .iter()
-        .filter(|m| m.at.starts_with("src/inject/fence.rs") && m.kind == "admission policy message")
+        .filter(|m| {
+            m.at.starts_with("src/inject/companions/fence.rs")
+                && m.kind == "admission policy message"
+        })
         .collect();
     assert!(
         fence

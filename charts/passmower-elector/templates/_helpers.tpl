@@ -145,7 +145,7 @@ the shell: only what differs from inject's own defaults, which match this chart'
 
 {{/*
 CEL: the string map at PARENT.FIELD has KEY set to VALUE. Called with (list PARENT FIELD KEY
-VALUE), as src/inject/guard.rs writes it (has_entry).
+VALUE), as src/inject/companions/guard.rs writes it (has_entry).
 */}}
 {{- define "passmower-elector.celHasEntry" -}}
 {{- $parent := index . 0 -}}{{- $field := index . 1 -}}
@@ -162,7 +162,7 @@ CEL: the admission webhook would inject the pod whose metadata and spec are at M
 (a Deployment's template, or a Pod): an opt-out label or annotation wins, then a pod label or
 the namespace's label opts in; a pod without the container to wrap, or with the markers of an
 earlier injection, is skipped (src/webhook/admit.rs). Called with (list ROOT META SPEC), as
-src/inject/guard.rs writes it (webhook_injects_at).
+src/inject/companions/guard.rs writes it (webhook_injects_at).
 */}}
 {{- define "passmower-elector.webhookInjects" -}}
 {{- $root := index . 0 -}}{{- $tpl := index . 1 -}}{{- $spec := index . 2 -}}

@@ -14,9 +14,9 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::options::{AppOnChange, InjectOptions};
-use super::target::PodSite;
-use super::value::at;
+use crate::inject::options::{AppOnChange, InjectOptions};
+use crate::inject::target::PodSite;
+use crate::inject::value::at;
 
 /// The standby's resident memory as measured (tests/bench/standby_bench.rs), for the warning.
 const STANDBY_MEASURED: &str = "176-197 MiB beside the serving instance's 132-170 MiB";

@@ -8,8 +8,8 @@
 use k8s_openapi::api::core::v1::SecurityContext;
 use serde_norway::{Mapping, Value};
 
-use super::names::SIDECAR_UID;
-use super::value::{at, str_at};
+use crate::inject::names::SIDECAR_UID;
+use crate::inject::value::{at, str_at};
 
 /// The user and group the app runs as, when the elector must share them: the elector and the
 /// install container take them over, so the token the elector writes with mode 0600 stays

@@ -8,18 +8,18 @@ use std::collections::{HashMap, HashSet};
 
 use serde_norway::Value;
 
-use super::error::InjectError;
-use super::fence;
-use super::guard;
-use super::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
-use super::native_election::PassmowerElection;
-use super::options::InjectOptions;
-use super::rbac::{self, Generated, ObjectKey};
-use super::release_namespace::BoundAccounts;
-use super::target::Target;
+use crate::inject::companions::fence;
+use crate::inject::companions::guard;
+use crate::inject::companions::rbac::{self, Generated, ObjectKey};
+use crate::inject::companions::release_namespace::BoundAccounts;
+use crate::inject::error::InjectError;
+use crate::inject::names::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION};
+use crate::inject::native_election::PassmowerElection;
+use crate::inject::options::InjectOptions;
+use crate::inject::target::Target;
 
 /// What the stream holds that companions must agree with, and what was emitted so far.
-pub(super) struct Companions<'a> {
+pub(crate) struct Companions<'a> {
     opts: &'a InjectOptions,
     /// Objects in the input, and whether `inject` generated them (idempotence, no shadowing).
     existing: HashMap<ObjectKey, bool>,
@@ -34,7 +34,7 @@ pub(super) struct Companions<'a> {
 }
 
 impl<'a> Companions<'a> {
-    pub(super) fn new(opts: &'a InjectOptions) -> Self {
+    pub(crate) fn new(opts: &'a InjectOptions) -> Self {
         Companions {
             opts,
             existing: HashMap::new(),
@@ -46,7 +46,7 @@ impl<'a> Companions<'a> {
     }
 
     /// Notes an object of the input (the first pass, before any target is rewritten).
-    pub(super) fn note(&mut self, object: &Value) {
+    pub(crate) fn note(&mut self, object: &Value) {
         if let Some(key) = ObjectKey::of(object) {
             self.existing.insert(key, rbac::is_generated(object));
         }
@@ -62,13 +62,13 @@ impl<'a> Companions<'a> {
     /// The namespace of `info`'s pods as far as the stream and the options tell (its own, else
     /// `--namespace`, else where the stream binds its ServiceAccount); a `--namespace` the
     /// stream contradicts is an error.
-    pub(super) fn namespace_of(&self, info: &Target) -> Result<Option<String>, InjectError> {
+    pub(crate) fn namespace_of(&self, info: &Target) -> Result<Option<String>, InjectError> {
         self.bound_accounts.namespace_of(info, self.opts)
     }
 
     /// The companions of `info` (found in `value`, which `already_injected` says an earlier
     /// `inject` rewrote) that are not yet in the stream nor emitted.
-    pub(super) fn for_target(
+    pub(crate) fn for_target(
         &mut self,
         info: &Target,
         value: &Value,
@@ -258,7 +258,7 @@ fn shared_default_account(info: &Target) -> InjectError {
 /// What a write fence binding of the stream says: `namespace/name` of its Lease, and whom it
 /// was made for (its generated-for annotation).
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct FenceClaim {
+pub(crate) struct FenceClaim {
     lease: String,
     made_for: String,
 }

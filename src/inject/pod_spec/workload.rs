@@ -15,18 +15,18 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
-use super::error::InjectError;
-use super::identity::AppIdentity;
-use super::names::{
+use crate::inject::error::InjectError;
+use crate::inject::names::{
     WorkloadKind, APP_HEALTH_PATH, APP_METRICS_PORT, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER,
     DRAIN_SECONDS, ELECTOR_CONTAINER, FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION,
     INSTALL_CONTAINER, LEADER_APP_METRICS_PORT, LEADER_SELECTOR_VAR, LEASE_ANNOTATION,
     PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, SIDECAR_UID, VERSION, WARNINGS_ANNOTATION,
 };
-use super::native_election::{self, PassmowerElection};
-use super::options::{AppOnChange, InjectOptions, KubeVersion};
-use super::target::{PodSite, Target};
-use super::value::{append, child_mapping, str_at, to_value};
+use crate::inject::native_election::{self, PassmowerElection};
+use crate::inject::options::{AppOnChange, InjectOptions, KubeVersion};
+use crate::inject::pod_spec::identity::AppIdentity;
+use crate::inject::target::{PodSite, Target};
+use crate::inject::value::{append, child_mapping, str_at, to_value};
 
 const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
 /// Passmower's interval of its Redis client sweep, in milliseconds; 0 turns it off.
@@ -50,7 +50,7 @@ pub fn rewrite(
     let spec =
         child_mapping(root, &["spec"]).ok_or_else(|| target.error("spec is not a mapping"))?;
     if target.kind == WorkloadKind::Deployment {
-        super::strategy::rollout_strategy(spec, target, opts, warnings);
+        crate::inject::pod_spec::strategy::rollout_strategy(spec, target, opts, warnings);
     }
 
     let annotations = child_mapping(root, &["metadata", "annotations"])
@@ -143,7 +143,7 @@ pub fn rewrite_pod_spec(
         }
     }
 
-    let identity = super::identity::app_identity(pod, &opts.container);
+    let identity = crate::inject::pod_spec::identity::app_identity(pod, &opts.container);
     if let (Some(explicit), Some(app)) = (&opts.sidecar_security_context, identity) {
         if explicit.run_as_user != Some(app.uid) {
             let root = if app.uid == 0 {
@@ -162,19 +162,24 @@ pub fn rewrite_pod_spec(
     }
 
     let explicit = opts.sidecar_security_context.as_ref();
-    warnings.extend(super::identity::unmatched_non_root_warning(
-        pod,
-        &opts.container,
-        explicit,
-        &site.workload,
-    ));
-    warnings.extend(super::identity::unknown_image_user_warning(
-        pod,
-        &opts.container,
-        explicit,
-        &site.workload,
-    ));
-    let mut supervise_flags = super::identity::supervise_flags(pod, explicit, identity);
+    warnings.extend(
+        crate::inject::pod_spec::identity::unmatched_non_root_warning(
+            pod,
+            &opts.container,
+            explicit,
+            &site.workload,
+        ),
+    );
+    warnings.extend(
+        crate::inject::pod_spec::identity::unknown_image_user_warning(
+            pod,
+            &opts.container,
+            explicit,
+            &site.workload,
+        ),
+    );
+    let mut supervise_flags =
+        crate::inject::pod_spec::identity::supervise_flags(pod, explicit, identity);
     supervise_flags.extend(on_change_flags(opts));
 
     // The main container: supervise becomes its entrypoint.
@@ -197,7 +202,9 @@ pub fn rewrite_pod_spec(
     );
     wrap_main_container(main, site, opts, &supervise_flags)?;
     let drain = add_drain(main, site, opts, warnings);
-    warnings.extend(super::sizing::memory_limit_warning(main, site, opts));
+    warnings.extend(crate::inject::pod_spec::sizing::memory_limit_warning(
+        main, site, opts,
+    ));
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
@@ -216,7 +223,11 @@ pub fn rewrite_pod_spec(
         append(pod, "volumes", to_value(&volume))
             .map_err(|()| site.error(format!("{path}.volumes is not a list")))?;
     }
-    super::pull_secrets::add_image_pull_secrets(pod, site, &opts.image_pull_secrets)?;
+    crate::inject::pod_spec::pull_secrets::add_image_pull_secrets(
+        pod,
+        site,
+        &opts.image_pull_secrets,
+    )?;
 
     // Shutdown must fit the app's own stop, the kill grace and the Lease release.
     let added = drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;

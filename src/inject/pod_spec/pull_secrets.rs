@@ -3,9 +3,9 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::error::InjectError;
-use super::target::PodSite;
-use super::value::str_at;
+use crate::inject::error::InjectError;
+use crate::inject::target::PodSite;
+use crate::inject::value::str_at;
 
 /// Appends each of `names` that the pod does not list yet to its `imagePullSecrets`, after the
 /// entries it has: the kubelet tries them in order, so the app's image keeps being pulled with

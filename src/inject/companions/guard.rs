@@ -26,12 +26,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_norway::Value;
 
-use super::names::{
+use crate::inject::names::{
     subdomain_name, WorkloadKind, BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME,
     GENERATED_FOR_ANNOTATION, INJECTED_ANNOTATION, INSTALL_CONTAINER,
 };
-use super::options::{InjectOptions, KubeVersion};
-use super::value::to_value;
+use crate::inject::options::{InjectOptions, KubeVersion};
+use crate::inject::value::to_value;
 use crate::webhook::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
 
 /// What every refusal's message starts with.

@@ -14,9 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
-use super::names::{subdomain_name, GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
-use super::target::Target;
-use super::value::to_value;
+use crate::inject::names::{subdomain_name, GENERATED_FOR_ANNOTATION, WARNINGS_ANNOTATION};
+use crate::inject::target::Target;
+use crate::inject::value::to_value;
 
 /// An object `inject` adds, with what the operator should know about it.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,7 +11,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::names::{LEADER_APP_METRICS_PATH, PROBE_PORT_NAME};
+use crate::inject::names::{LEADER_APP_METRICS_PATH, PROBE_PORT_NAME};
 
 /// The PodMonitor `value` with endpoints for the elector's port added (`/metrics`, and with
 /// `leader_app` also `/metrics/leader-app`), when it selects the pods of a target and lacks

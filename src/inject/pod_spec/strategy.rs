@@ -4,8 +4,8 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::options::InjectOptions;
-use super::target::Target;
+use crate::inject::options::InjectOptions;
+use crate::inject::target::Target;
 
 /// The strategy `inject` sets: surge before removing, so a new pod is up (as follower) before
 /// an old one goes, a serving replica always exists and the leader hands over instead of

@@ -3,15 +3,15 @@
 
 use serde_norway::Value;
 
-use super::error::InjectError;
-use super::names::{
+use crate::inject::error::InjectError;
+use crate::inject::names::{
     BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME, INJECTED_ANNOTATION, INSTALL_CONTAINER,
     LEASE_ANNOTATION, VERSION, WARNINGS_ANNOTATION,
 };
-use super::options::InjectOptions;
-use super::target::PodSite;
-use super::value::{at, child_mapping, str_at};
-use super::workload;
+use crate::inject::options::InjectOptions;
+use crate::inject::pod_spec::workload;
+use crate::inject::target::PodSite;
+use crate::inject::value::{at, child_mapping, str_at};
 
 /// What the injection made of one Pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,8 +126,8 @@ pub fn not_a_target(pod: &Value, container: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::inject::native_election::PassmowerElection;
+    use crate::inject::pod_spec::workload::tests::rewritten;
     use crate::inject::target::tests::{opts, DEPLOYMENT};
-    use crate::inject::workload::tests::rewritten;
     use crate::inject::yaml::parse_stream;
 
     const POD: &str = "apiVersion: v1

@@ -8,9 +8,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_norway::Value;
 
-use super::error::InjectError;
-use super::options::InjectOptions;
-use super::target::Target;
+use crate::inject::error::InjectError;
+use crate::inject::options::InjectOptions;
+use crate::inject::target::Target;
 
 /// The namespaces in which the stream's bindings bind each ServiceAccount, by name.
 #[derive(Debug, Default)]

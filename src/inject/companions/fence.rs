@@ -22,8 +22,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_norway::Value;
 
-use super::names::GENERATED_FOR_ANNOTATION;
-use super::value::to_value;
+use crate::inject::names::GENERATED_FOR_ANNOTATION;
+use crate::inject::value::to_value;
 
 /// The user-info key under which the apiserver gives the name of the pod a ServiceAccount token
 /// is bound to (kubelet-mounted tokens are; Kubernetes ≥ 1.11 for TokenRequest tokens).
