@@ -9,6 +9,7 @@ use hyper::Uri;
 
 use super::consumer::{CheckMode, ConsumerCheck};
 use crate::config::{parse_positive_duration, ConfigError};
+use crate::election::timing::TimingArgs;
 use crate::election::{identity, Timing};
 
 /// Where the service-account namespace is mounted in a pod.
@@ -31,18 +32,8 @@ pub struct ElectArgs {
     /// matches against the pod a request's ServiceAccount token is bound to.
     #[arg(long, env = "ELECTOR_POD_UID")]
     pub pod_uid: Option<String>,
-    /// D: how long a held Lease must stay unchanged before another pod may take it.
-    #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
-    pub lease_duration: Duration,
-    /// R: a renew sent at time t keeps the grant until t + R. R + kill grace + 1s must be < D.
-    #[arg(long, env = "ELECTOR_RENEW_DEADLINE", default_value = "10s", value_parser = parse_positive_duration)]
-    pub renew_deadline: Duration,
-    /// P: the leader renews this often; must be < the renew deadline.
-    #[arg(long, env = "ELECTOR_RETRY_PERIOD", default_value = "2s", value_parser = parse_positive_duration)]
-    pub retry_period: Duration,
-    /// K: the consumer stops operator work within K of a demotion or of the grant's expiry.
-    #[arg(long, env = "ELECTOR_KILL_GRACE", default_value = "3s", value_parser = parse_positive_duration)]
-    pub kill_grace: Duration,
+    #[command(flatten)]
+    pub timing: TimingArgs,
     /// The flag file (on a shared memory-backed emptyDir); its directory must exist.
     #[arg(
         long,
@@ -155,12 +146,7 @@ pub struct ElectConfig {
 impl ElectArgs {
     /// Validates the flags; every error names the flag and what is allowed.
     pub fn into_config(self) -> Result<ElectConfig, ConfigError> {
-        let timing = Timing {
-            lease_duration: self.lease_duration,
-            renew_deadline: self.renew_deadline,
-            retry_period: self.retry_period,
-            kill_grace: self.kill_grace,
-        };
+        let timing = self.timing.timing();
         timing.validate()?;
         check_dns_subdomain("--lease-name", &self.lease_name)?;
         let namespace = match self.namespace.filter(|n| !n.is_empty()) {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::{human, ConfigError};
+use crate::config::{human, parse_positive_duration, ConfigError};
 
 /// Slack every safe configuration must leave between the old leader's latest possible stop
 /// (renew deadline + kill grace) and the earliest takeover (lease duration). It absorbs clock
@@ -55,6 +55,42 @@ impl Default for Timing {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             kill_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// The four durations as flags, declared once for every role that takes them: `elect` runs by
+/// them, `inject` and the webhook pass them to the `elect` and `supervise` they write into the
+/// pod. The defaults are [`Timing::default`]'s (a unit test holds them equal).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimingArgs {
+    /// D: how long a held Lease must stay unchanged before another pod may take it.
+    #[arg(long, env = "ELECTOR_LEASE_DURATION", value_name = "DURATION", default_value = "15s",
+        value_parser = parse_positive_duration)]
+    pub lease_duration: Duration,
+    /// R: a renew sent at time t keeps the grant until t + R. R + kill grace + 1s must be < D.
+    #[arg(long, env = "ELECTOR_RENEW_DEADLINE", value_name = "DURATION", default_value = "10s",
+        value_parser = parse_positive_duration)]
+    pub renew_deadline: Duration,
+    /// P: the leader renews this often; must be < the renew deadline.
+    #[arg(long, env = "ELECTOR_RETRY_PERIOD", value_name = "DURATION", default_value = "2s",
+        value_parser = parse_positive_duration)]
+    pub retry_period: Duration,
+    /// K: the app stops operator work within K of a demotion or of the grant's expiry (the
+    /// elector's and the supervisor's `--kill-grace`).
+    #[arg(long, env = "ELECTOR_KILL_GRACE", value_name = "DURATION", default_value = "3s",
+        value_parser = parse_positive_duration)]
+    pub kill_grace: Duration,
+}
+
+impl TimingArgs {
+    /// The durations given, not yet checked ([`Timing::validate`]).
+    pub fn timing(&self) -> Timing {
+        Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            kill_grace: self.kill_grace,
         }
     }
 }
@@ -173,6 +209,17 @@ impl Timing {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_flags_default_to_the_default_timing() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            timing: TimingArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["x"]).expect("no flags parse");
+        assert_eq!(cli.timing.timing(), Timing::default());
+    }
+
     use super::*;
 
     fn t(d: u64, r: u64, p: u64, k: u64) -> Timing {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 
-use crate::config::{self, is_dns1123_label, is_dns1123_subdomain, ConfigError};
+use crate::config::{is_dns1123_label, is_dns1123_subdomain, ConfigError};
+use crate::election::timing::TimingArgs;
 use crate::election::Timing;
 use crate::inject::names::{WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, VERSION};
 use crate::inject::native_election::PassmowerElection;
@@ -133,18 +134,8 @@ pub struct SidecarArgs {
     /// Lease name; default: the workload's name.
     #[arg(long, env = "ELECTOR_LEASE_NAME")]
     pub lease_name: Option<String>,
-    /// How long a Lease stays taken without renewal (passed to `elect`).
-    #[arg(long, env = "ELECTOR_LEASE_DURATION", default_value = "15s", value_parser = config::parse_positive_duration)]
-    pub lease_duration: Duration,
-    /// How long a grant lasts after the last successful renewal (passed to `elect`).
-    #[arg(long, env = "ELECTOR_RENEW_DEADLINE", default_value = "10s", value_parser = config::parse_positive_duration)]
-    pub renew_deadline: Duration,
-    /// Interval between renewals and retries (passed to `elect`).
-    #[arg(long, env = "ELECTOR_RETRY_PERIOD", default_value = "2s", value_parser = config::parse_positive_duration)]
-    pub retry_period: Duration,
-    /// Time the app gets to stop operator work after a demotion (passed to both roles).
-    #[arg(long, env = "ELECTOR_KILL_GRACE", default_value = "3s", value_parser = config::parse_positive_duration)]
-    pub kill_grace: Duration,
+    #[command(flatten)]
+    pub timing: TimingArgs,
     /// Port of the elector's /healthz, /readyz, /leader and /metrics (on the pod IP); its
     /// container port is named `elector-probe`, which a PodMonitor in the stream gets added.
     #[arg(long, env = "ELECTOR_PROBE_PORT", default_value_t = 8081)]
@@ -289,14 +280,9 @@ pub struct InjectOptions {
     pub lease_name: Option<String>,
     /// Namespace of documents that name none.
     pub namespace: Option<String>,
-    /// `elect --lease-duration`.
-    pub lease_duration: Duration,
-    /// `elect --renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `elect --retry-period`.
-    pub retry_period: Duration,
+    /// `elect`'s `--lease-duration`, `--renew-deadline` and `--retry-period`, and the
     /// `--kill-grace` of both roles.
-    pub kill_grace: Duration,
+    pub timing: Timing,
     /// Elector probe port.
     pub probe_port: u16,
     /// Loopback toggle port of `supervise`.
@@ -355,10 +341,7 @@ impl InjectOptions {
             kinds: vec![WorkloadKind::Deployment],
             lease_name: None,
             namespace: None,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-            kill_grace: Duration::from_secs(3),
+            timing: Timing::default(),
             probe_port: 8081,
             toggle_port: 8082,
             idle_namespace: DEFAULT_IDLE_NAMESPACE.into(),
@@ -399,10 +382,7 @@ impl SidecarArgs {
             classic_sidecar: self.classic_sidecar,
             kube_version: self.kube_version,
             lease_name: self.lease_name.clone(),
-            lease_duration: self.lease_duration,
-            renew_deadline: self.renew_deadline,
-            retry_period: self.retry_period,
-            kill_grace: self.kill_grace,
+            timing: self.timing.timing(),
             probe_port: self.probe_port,
             toggle_port: self.toggle_port,
             idle_namespace: self.idle_namespace.clone(),
@@ -665,11 +645,11 @@ impl InjectOptions {
     /// never start (no pullable image), or that break the follower's idleness.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.app_on_change() == AppOnChange::LeaseBridge
-            && self.kill_grace < LEASE_BRIDGE_MIN_KILL_GRACE
+            && self.timing.kill_grace < LEASE_BRIDGE_MIN_KILL_GRACE
         {
             return Err(ConfigError::new(
                 "--kill-grace",
-                crate::config::human(self.kill_grace),
+                crate::config::human(self.timing.kill_grace),
                 format!(
                     "must be at least {} with --on-change=lease-bridge: the app's own election \
                      takes a demotion in up to two of its 1s ticks after it, and a shorter grace \
@@ -785,13 +765,7 @@ impl InjectOptions {
         // The rules `elect` enforces at start, so no injected pod is refused there: the old
         // leader's app has stopped (grant lapsed at R, killed by R + K) before a candidate may
         // take over at D, and no duration is below its floor.
-        Timing {
-            lease_duration: self.lease_duration,
-            renew_deadline: self.renew_deadline,
-            retry_period: self.retry_period,
-            kill_grace: self.kill_grace,
-        }
-        .validate()?;
+        self.timing.validate()?;
         Ok(())
     }
 }
@@ -995,7 +969,10 @@ mod tests {
     #[test]
     fn unsafe_timings_are_refused() {
         let bad = InjectOptions {
-            renew_deadline: Duration::from_secs(12),
+            timing: Timing {
+                renew_deadline: Duration::from_secs(12),
+                ..Timing::default()
+            },
             ..opts()
         };
         let err = bad.validate().unwrap_err();
@@ -1007,7 +984,10 @@ mod tests {
         assert!(opts().validate().is_ok());
         // The floors `elect` enforces: a 1ns retry period would be refused by every sidecar.
         let nano = InjectOptions {
-            retry_period: Duration::from_nanos(1),
+            timing: Timing {
+                retry_period: Duration::from_nanos(1),
+                ..Timing::default()
+            },
             ..opts()
         };
         assert_eq!(nano.validate().unwrap_err().flag, "--retry-period");

@@ -14,6 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
+use passmower_elector::election::Timing;
 use passmower_elector::grant::{self, Mode};
 use passmower_elector::inject::{inject_str, InjectOptions};
 use pme_testkit::manifests::{parse_stream, Applier, Mode as Send};
@@ -69,10 +70,12 @@ spec:
 
 fn inject_for(ns: &TestNs) -> Injected {
     let opts = InjectOptions {
-        lease_duration: LEASE_DURATION,
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(300),
-        kill_grace: Duration::from_secs(1),
+        timing: Timing {
+            lease_duration: LEASE_DURATION,
+            renew_deadline: Duration::from_millis(1500),
+            retry_period: Duration::from_millis(300),
+            kill_grace: Duration::from_secs(1),
+        },
         ..InjectOptions::new("registry.example.com/passmower-elector:0.1.0")
     };
     let out = inject_str(&passmower(&ns.name), &opts).expect("inject");

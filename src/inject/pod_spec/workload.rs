@@ -230,7 +230,7 @@ pub fn rewrite_pod_spec(
     )?;
 
     // Shutdown must fit the app's own stop, the kill grace and the Lease release.
-    let added = drain + ceil_secs(opts.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
+    let added = drain + ceil_secs(opts.timing.kill_grace) + RELEASE_ALLOWANCE_SECONDS;
     let existing = termination_grace(pod.get("terminationGracePeriodSeconds"), added)
         .map_err(|reason| site.error(format!("{path}.terminationGracePeriodSeconds {reason}")))?;
     pod.insert(
@@ -363,7 +363,7 @@ fn wrap_main_container(
         "supervise".to_owned(),
         format!("--flag-file={FLAG_DIR}/grant.json"),
         format!("--listen=127.0.0.1:{}", opts.toggle_port),
-        format!("--kill-grace={}", duration_flag(opts.kill_grace)),
+        format!("--kill-grace={}", duration_flag(opts.timing.kill_grace)),
     ];
     if let Some(selector) = leader_selector {
         supervise.push(format!("--leader-env={SELECTOR_VAR}={selector}"));
@@ -555,10 +555,16 @@ fn elector_container(
             vec![
                 "elect".into(),
                 format!("--lease-name={lease}"),
-                format!("--lease-duration={}", duration_flag(opts.lease_duration)),
-                format!("--renew-deadline={}", duration_flag(opts.renew_deadline)),
-                format!("--retry-period={}", duration_flag(opts.retry_period)),
-                format!("--kill-grace={}", duration_flag(opts.kill_grace)),
+                format!(
+                    "--lease-duration={}",
+                    duration_flag(opts.timing.lease_duration)
+                ),
+                format!(
+                    "--renew-deadline={}",
+                    duration_flag(opts.timing.renew_deadline)
+                ),
+                format!("--retry-period={}", duration_flag(opts.timing.retry_period)),
+                format!("--kill-grace={}", duration_flag(opts.timing.kill_grace)),
                 format!("--flag-file={FLAG_DIR}/grant.json"),
                 format!("--toggle-url=http://127.0.0.1:{}/grant", opts.toggle_port),
                 format!("--probe-addr=0.0.0.0:{}", opts.probe_port),
