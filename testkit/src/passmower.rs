@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use crate::free_port;
 
+/// Moves a Passmower's metrics port 9090 out of other tests' way (see [`start_passmower_as`]).
+const METRICS_PORT_PRELOAD: &str = include_str!("passmower/metrics-port.mjs");
+
 /// The npm-installed copy of upstream Passmower 1.3.0 (`src/` and `node_modules/`) that the
 /// real-Passmower test runs, from `PME_PASSMOWER_APP` (scripts/test.sh sets it).
 pub fn passmower_app() -> Option<PathBuf> {
@@ -137,6 +140,13 @@ pub fn start_passmower(
 /// As [`start_passmower`], with `env` added and the command `wrapper` + `node … src/app.js`
 /// (e.g. `passmower-elector supervise … --`), in the same mount namespace, so the wrapper uses
 /// the same ServiceAccount files. Returns once `PORT` serves.
+///
+/// Passmower's metrics listen on the fixed port 9090 of the host's network (the mount
+/// namespace is its own, the network is not), so two tests running Passmower at once would
+/// meet there (EADDRINUSE, and the second exits). Unless `env` sets `NODE_OPTIONS`, every
+/// instance imports the kit's `metrics-port.mjs`, which moves 9090 to a free port except in a
+/// process the supervisor's own port map governs (a leader instance keeps the port the test
+/// gave it with `--leader-port-map`).
 pub fn start_passmower_as(
     app: &Path,
     kubeconfig: &Path,
@@ -148,6 +158,16 @@ pub fn start_passmower_as(
 ) -> Killed {
     let (jwks, cookies) = passmower_keys();
     let port = free_port();
+    let moved_metrics = if env.iter().any(|(k, _)| *k == "NODE_OPTIONS") {
+        None
+    } else {
+        let preload = log.with_extension("metrics-port.mjs");
+        std::fs::write(&preload, METRICS_PORT_PRELOAD).expect("write the metrics-port preload");
+        Some((
+            "NODE_OPTIONS",
+            format!("--import=file://{}", preload.display()),
+        ))
+    };
     let script = r#"set -e
 mount -t tmpfs tmpfs /run
 d=/run/secrets/kubernetes.io/serviceaccount
@@ -185,6 +205,7 @@ exec "$@" node --no-warnings src/app.js"#;
     .env("PORT", port.to_string())
     // Unset unless `env` sets it, as in a pod whose container sets none.
     .env_remove("NAMESPACE_SELECTOR")
+    .envs(moved_metrics)
     .envs(env.iter().copied())
     .stdin(std::process::Stdio::null())
     .stdout(std::fs::File::create(log).expect("log"))
