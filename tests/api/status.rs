@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
 use crate::product::{install_fence, ElectorNamespaces, Sandbox, Supervisor};
+use passmower_elector::wire::DENIAL_PREFIX;
 use pme_testkit::fence::{grant_passmower_rights, mint_token, FakePod};
 use pme_testkit::manifests::{parse_stream, Applier, Mode};
 use pme_testkit::pods::{wait_for_leading_pod, Pod, PodSpec};
@@ -275,12 +276,34 @@ async fn status_names_the_working_leader_and_each_handover_with_its_cause() {
     // apiserver, and status reads the count from its metrics.
     grant_passmower_rights(&admin, &ns.name, "passmower").await;
     let stray = FakePod::create(Cluster::shared(), &ns.name, "stray", "passmower").await;
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": "s1"}})).expect("secret");
-    let refused = Api::<Secret>::namespaced(stray.client.clone(), &ns.name)
-        .create(&PostParams::default(), &secret)
-        .await;
-    assert!(refused.is_err(), "the fence admitted a stray pod's write");
+    // The policy and binding exist (status read them), but the apiserver enforces them only once
+    // its admission informers have them: until then the write is admitted. Each try writes a
+    // new name, so an admitted earlier try cannot answer a later one with AlreadyExists, and
+    // only the fence's own refusal ends the wait (one refusal, the one status must count).
+    let secrets = Api::<Secret>::namespaced(stray.client.clone(), &ns.name);
+    let mut admitted = 0;
+    let mut refusal = None;
+    for attempt in 0..100 {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": format!("stray-{attempt}")}}))
+                .expect("secret");
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => admitted += 1,
+            Err(e) => {
+                refusal = Some(e.to_string());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refusal = refusal.unwrap_or_else(|| {
+        panic!("the fence admitted a stray pod's write in all {admitted} tries over 10 s")
+    });
+    assert!(
+        refusal.contains(DENIAL_PREFIX),
+        "the stray pod's write was refused, but not by the fence: {refusal}"
+    );
+    eprintln!("the fence refused the stray pod's write after {admitted} admitted tries");
     let (_, report) = status_until(&kubeconfig, &ns, Duration::from_secs(20), |_, r| {
         r["fence"]["refusals"] == 1
     });
