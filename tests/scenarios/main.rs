@@ -10,6 +10,7 @@ mod product;
 mod consumer_example;
 mod docs;
 mod fence_coverage;
+mod front_door;
 mod golden;
 mod harness;
 mod harness_writers;
