@@ -1,8 +1,9 @@
 //! The names by which the roles find each other's objects in the cluster, each defined once:
 //! the containers `inject` adds and `status` looks for, the annotations `inject` puts on
-//! workloads and the elector on its Events, the component of those Events, and the write
-//! fence's name and the first words of its refusals. `inject`, `elect`, `status` and `webhook`
-//! take them from here, so no role imports another for a name.
+//! workloads and the elector on its Events, what the webhook reads and never injects (which the
+//! guards share), the component of those Events, and the write fence's name and the first
+//! words of its refusals. `inject`, `elect`, `status` and `webhook` take them from here, so no
+//! role imports another for a name.
 
 /// The elector sidecar's container name.
 pub const ELECTOR_CONTAINER: &str = "passmower-elector";
@@ -12,6 +13,13 @@ pub const INSTALL_CONTAINER: &str = "passmower-elector-install";
 pub const LEASE_ANNOTATION: &str = "passmower-elector.io/lease";
 /// Annotation on every object `inject` generates: `Kind/name` of the workload it serves.
 pub const GENERATED_FOR_ANNOTATION: &str = "passmower-elector.io/generated-for";
+
+/// Pod annotation the webhook reads: the container to wrap, instead of `--container`. The
+/// replica and pod guards read it too, so they admit what the webhook would inject.
+pub const CONTAINER_ANNOTATION: &str = "passmower-elector.io/container";
+/// Namespaces the webhook never injects, whatever their labels (the cluster's own); the
+/// guards' rule of what the webhook injects leaves them out too.
+pub const NEVER_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 /// The `source.component` and `reportingComponent` of every Event the elector records.
 pub const COMPONENT: &str = "passmower-elector";

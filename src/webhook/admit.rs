@@ -16,15 +16,12 @@ use crate::inject::{
 /// Label (on a namespace or a pod) that opts in with `enabled`; on a pod, `disabled` opts out
 /// (the webhook's own pods carry it). As a pod annotation, `disabled` opts out too.
 pub const INJECT_LABEL: &str = "passmower-elector.io/inject";
-/// Pod annotation: the container to wrap, instead of `--container`.
-pub const CONTAINER_ANNOTATION: &str = "passmower-elector.io/container";
+pub use crate::wire::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
 /// Pod annotation: the app's command, instead of `--app-command` (words, or a JSON array).
 pub const APP_COMMAND_ANNOTATION: &str = "passmower-elector.io/app-command";
 /// Pod annotation: the leader's NAMESPACE_SELECTOR, instead of `--namespace-selector` (empty:
 /// the pod's own namespace).
 pub const NAMESPACE_SELECTOR_ANNOTATION: &str = "passmower-elector.io/namespace-selector";
-/// Namespaces never injected, whatever their labels: the cluster's own.
-pub const NEVER_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 /// What became of a request, for the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use crate::inject::names::{
 };
 use crate::inject::options::{InjectOptions, KubeVersion};
 use crate::inject::value::to_value;
-use crate::webhook::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
+use crate::wire::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
 
 /// What every refusal's message starts with.
 pub const GUARD_DENIAL_PREFIX: &str = "passmower-elector replica guard";
