@@ -18,25 +18,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{PostParams, WatchEvent, WatchParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::clock::BootInstant;
+use crate::elect::object_watch::{Backoff, End, Next, ObjectStream};
 use crate::election::record::Observed;
 
-/// `timeoutSeconds` of every watch request: the server ends the stream then (with a bookmark
-/// two seconds before), and the watch resumes from the last version it saw.
-pub const WATCH_TIMEOUT_SECONDS: u32 = 290;
-/// A healthy idle watch carries a bookmark at least about once a minute (the apiserver's watch
-/// cache sends one every minute to watchers that allow them); nothing at all for this long
-/// means the stream is dead although its connection looks open.
-pub const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(90);
-/// How long a stream may outlive its server-side timeout before it is given up.
-pub const WATCH_DEADLINE_SLACK: Duration = Duration::from_secs(15);
+pub use crate::elect::object_watch::{
+    WATCH_DEADLINE_SLACK, WATCH_IDLE_LIMIT, WATCH_TIMEOUT_SECONDS,
+};
 
 /// How a Lease call failed, coarse enough to act on and to label metrics with.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +184,7 @@ impl LeaseApi {
     }
 
     async fn watch_loop(self, tx: mpsc::Sender<WatchItem>, retry: Duration) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), retry);
         let mut resume_from: Option<String> = None;
         let mut resync = false;
         loop {
@@ -219,8 +213,7 @@ impl LeaseApi {
                         if tx.send(WatchItem::Error(e)).await.is_err() {
                             return;
                         }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(retry);
+                        backoff.sleep().await;
                         continue;
                     }
                 },
@@ -230,28 +223,17 @@ impl LeaseApi {
                 WatchEnd::Resume(last) => {
                     // A stream closed at once (a proxy that cuts long requests) must not turn
                     // into back-to-back watch requests.
-                    if started.elapsed() < Duration::from_secs(1) {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(retry);
-                    } else {
-                        backoff = Duration::from_millis(100);
-                    }
+                    backoff.after_stream(started).await;
                     resume_from = Some(last);
                 }
                 WatchEnd::Silent => resync = !self.bookmarks_seen.load(Ordering::Relaxed),
-                WatchEnd::Relist => {
-                    // A server that answers 410 at once must not get back-to-back requests.
-                    if started.elapsed() < Duration::from_secs(1) {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(retry);
-                    }
-                }
+                // A server that answers 410 at once must not get back-to-back requests.
+                WatchEnd::Relist => backoff.if_at_once(started).await,
                 WatchEnd::Failed(e) => {
                     if tx.send(WatchItem::Error(e)).await.is_err() {
                         return;
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(retry);
+                    backoff.sleep().await;
                 }
                 WatchEnd::ReceiverGone => return,
             }
@@ -266,57 +248,39 @@ impl LeaseApi {
     }
 
     async fn watch_from(&self, rv: &str, tx: &mpsc::Sender<WatchItem>) -> WatchEnd {
-        // Bookmarks are on (kube's default), so even an idle stream carries something.
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .timeout(WATCH_TIMEOUT_SECONDS);
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS))
-            + WATCH_DEADLINE_SLACK;
-        let stream = match self.bounded(self.api.watch(&params, rv)).await {
+        let mut stream = match self
+            .bounded(ObjectStream::open(&self.api, &self.name, rv))
+            .await
+        {
             Ok(s) => s,
             Err(e) => return WatchEnd::Failed(e),
         };
-        let mut stream = std::pin::pin!(stream.map_err(LeaseApiError::from_kube));
-        let mut last = rv.to_owned();
         loop {
-            let quiet_until = (tokio::time::Instant::now() + WATCH_IDLE_LIMIT).min(deadline);
-            let event = match tokio::time::timeout_at(quiet_until, stream.next()).await {
-                Ok(Some(event)) => event,
-                Ok(None) => break,
-                Err(_) => {
-                    tracing::warn!(
-                        lease = %self.reference(),
-                        "the Lease watch went silent (no event, no bookmark); restarting it"
-                    );
-                    return WatchEnd::Silent;
+            let item = match stream.next().await {
+                Next::Changed(l) => WatchItem::Observed(Some(Box::new(l))),
+                Next::Deleted(_) => WatchItem::Observed(None),
+                Next::End(end) => {
+                    if stream.saw_bookmark() {
+                        self.bookmarks_seen.store(true, Ordering::Relaxed);
+                    }
+                    return match end {
+                        End::Closed => WatchEnd::Resume(stream.last_version().to_owned()),
+                        End::Silent => {
+                            tracing::warn!(
+                                lease = %self.reference(),
+                                "the Lease watch went silent (no event, no bookmark); restarting it"
+                            );
+                            WatchEnd::Silent
+                        }
+                        End::Gone => WatchEnd::Relist,
+                        End::Failed(e) => WatchEnd::Failed(LeaseApiError::from_kube(e)),
+                    };
                 }
-            };
-            let item = match event {
-                Ok(WatchEvent::Added(l)) | Ok(WatchEvent::Modified(l)) => {
-                    last = l.metadata.resource_version.clone().unwrap_or(last);
-                    WatchItem::Observed(Some(Box::new(l)))
-                }
-                Ok(WatchEvent::Deleted(l)) => {
-                    last = l.metadata.resource_version.clone().unwrap_or(last);
-                    WatchItem::Observed(None)
-                }
-                Ok(WatchEvent::Bookmark(b)) => {
-                    self.bookmarks_seen.store(true, Ordering::Relaxed);
-                    last = b.metadata.resource_version;
-                    continue;
-                }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => return WatchEnd::Relist,
-                Ok(WatchEvent::Error(status)) => {
-                    return WatchEnd::Failed(LeaseApiError::from_kube(kube::Error::Api(status)))
-                }
-                Err(e) => return WatchEnd::Failed(e),
             };
             if tx.send(item).await.is_err() {
                 return WatchEnd::ReceiverGone;
             }
         }
-        WatchEnd::Resume(last)
     }
 }
 

@@ -14,14 +14,12 @@
 
 use std::time::Duration;
 
-use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{WatchEvent, WatchParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::elect::lease_api::{WATCH_DEADLINE_SLACK, WATCH_IDLE_LIMIT, WATCH_TIMEOUT_SECONDS};
+use crate::elect::object_watch::{Backoff, End as StreamEnd, Next, ObjectStream};
 
 /// The longest wait between two reads of a Pod that cannot be watched (not found, refused).
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -168,20 +166,19 @@ enum End {
 
 impl PodTask {
     async fn run(mut self) {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), MAX_RETRY);
         let mut resume: Option<String> = None;
         loop {
             let rv = match resume.take() {
                 Some(rv) => rv,
                 None => match self.read().await {
                     Some(rv) => {
-                        backoff = Duration::from_millis(200);
+                        backoff.reset();
                         rv
                     }
                     None if matches!(*self.tx.borrow(), PodState::Terminating { .. }) => return,
                     None => {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_RETRY);
+                        backoff.sleep().await;
                         continue;
                     }
                 },
@@ -193,10 +190,7 @@ impl PodTask {
                 End::Reread => {}
             }
             // A stream that ends at once must not turn into back-to-back requests.
-            if started.elapsed() < Duration::from_secs(1) {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_RETRY);
-            }
+            backoff.if_at_once(started).await;
         }
     }
 
@@ -257,13 +251,8 @@ impl PodTask {
     }
 
     async fn watch_from(&mut self, rv: &str) -> End {
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .timeout(WATCH_TIMEOUT_SECONDS);
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS))
-            + WATCH_DEADLINE_SLACK;
-        let stream = match tokio::time::timeout(self.timeout, self.api.watch(&params, rv)).await {
+        let open = ObjectStream::open(&self.api, &self.name, rv);
+        let mut stream = match tokio::time::timeout(self.timeout, open).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(pod = %self.name, error = %e, "pod watch refused; reading again");
@@ -271,18 +260,9 @@ impl PodTask {
             }
             Err(_) => return End::Reread,
         };
-        let mut stream = std::pin::pin!(stream.map_err(|e| e.to_string()));
-        let mut last = rv.to_owned();
         loop {
-            let quiet_until = (tokio::time::Instant::now() + WATCH_IDLE_LIMIT).min(deadline);
-            let event = match tokio::time::timeout_at(quiet_until, stream.next()).await {
-                Ok(Some(event)) => event,
-                Ok(None) => return End::Resume(last),
-                Err(_) => return End::Reread,
-            };
-            match event {
-                Ok(WatchEvent::Added(pod)) | Ok(WatchEvent::Modified(pod)) => {
-                    last = pod.metadata.resource_version.clone().unwrap_or(last);
+            match stream.next().await {
+                Next::Changed(pod) => {
                     let state = judge(&self.name, self.uid.as_deref(), &pod);
                     let terminating = matches!(state, PodState::Terminating { .. });
                     self.publish(state);
@@ -290,19 +270,17 @@ impl PodTask {
                         return End::Terminating;
                     }
                 }
-                Ok(WatchEvent::Deleted(_)) => {
+                Next::Deleted(_) => {
                     let why = format!("pod {} was deleted", self.name);
                     self.publish(PodState::Terminating { why });
                     return End::Terminating;
                 }
-                Ok(WatchEvent::Bookmark(b)) => last = b.metadata.resource_version,
-                Ok(WatchEvent::Error(status)) => {
-                    tracing::debug!(pod = %self.name, code = status.code, message = %status.message,
-                        "pod watch ended; reading again");
-                    return End::Reread;
+                Next::End(StreamEnd::Closed) => {
+                    return End::Resume(stream.last_version().to_owned())
                 }
-                Err(e) => {
-                    tracing::debug!(pod = %self.name, error = %e, "pod watch failed; reading again");
+                Next::End(StreamEnd::Silent) => return End::Reread,
+                Next::End(end) => {
+                    tracing::debug!(pod = %self.name, ?end, "pod watch ended; reading again");
                     return End::Reread;
                 }
             }
