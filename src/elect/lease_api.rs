@@ -259,10 +259,11 @@ impl LeaseApi {
             let item = match stream.next().await {
                 Next::Changed(l) => WatchItem::Observed(Some(Box::new(l))),
                 Next::Deleted(_) => WatchItem::Observed(None),
+                Next::Bookmark => {
+                    self.bookmarks_seen.store(true, Ordering::Relaxed);
+                    continue;
+                }
                 Next::End(end) => {
-                    if stream.saw_bookmark() {
-                        self.bookmarks_seen.store(true, Ordering::Relaxed);
-                    }
                     return match end {
                         End::Closed => WatchEnd::Resume(stream.last_version().to_owned()),
                         End::Silent => {

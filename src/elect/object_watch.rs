@@ -5,7 +5,7 @@
 //! while it is idle, so a stream that delivers nothing at all for [`WATCH_IDLE_LIMIT`], or
 //! outlives its server-side timeout by [`WATCH_DEADLINE_SLACK`], was dropped by something in
 //! between (a middlebox that forgot the connection, a half-open TCP stream) and is given up as
-//! [`End::Silent`]. Bookmarks only move the resourceVersion a resumed stream starts from. What
+//! [`End::Silent`]. A bookmark moves the resourceVersion a resumed stream starts from. What
 //! an owner does between streams (read again, resume, resync) stays with the owner.
 
 use std::fmt::Debug;
@@ -34,6 +34,8 @@ pub enum Next<K> {
     Changed(K),
     /// The object was deleted: its last state.
     Deleted(K),
+    /// A bookmark: nothing changed; the server sends them, so a quiet stream is a dead one.
+    Bookmark,
     /// The stream is over.
     End(End),
 }
@@ -56,7 +58,6 @@ pub struct ObjectStream<K> {
     stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
     deadline: tokio::time::Instant,
     last: String,
-    saw_bookmark: bool,
 }
 
 impl<K> ObjectStream<K>
@@ -78,38 +79,34 @@ where
             stream,
             deadline,
             last: rv.to_owned(),
-            saw_bookmark: false,
         })
     }
 
-    /// The next change, or the end of the stream (after which it delivers nothing more).
+    /// The next change or bookmark, or the end of the stream (after which it delivers nothing
+    /// more).
     pub async fn next(&mut self) -> Next<K> {
-        loop {
-            let quiet_until = (tokio::time::Instant::now() + WATCH_IDLE_LIMIT).min(self.deadline);
-            let event = match tokio::time::timeout_at(quiet_until, self.stream.next()).await {
-                Ok(Some(event)) => event,
-                Ok(None) => return Next::End(End::Closed),
-                Err(_) => return Next::End(End::Silent),
-            };
-            match event {
-                Ok(WatchEvent::Added(object)) | Ok(WatchEvent::Modified(object)) => {
-                    self.note_version(&object);
-                    return Next::Changed(object);
-                }
-                Ok(WatchEvent::Deleted(object)) => {
-                    self.note_version(&object);
-                    return Next::Deleted(object);
-                }
-                Ok(WatchEvent::Bookmark(b)) => {
-                    self.saw_bookmark = true;
-                    self.last = b.metadata.resource_version;
-                }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => return Next::End(End::Gone),
-                Ok(WatchEvent::Error(status)) => {
-                    return Next::End(End::Failed(kube::Error::Api(status)))
-                }
-                Err(e) => return Next::End(End::Failed(e)),
+        let quiet_until = (tokio::time::Instant::now() + WATCH_IDLE_LIMIT).min(self.deadline);
+        let event = match tokio::time::timeout_at(quiet_until, self.stream.next()).await {
+            Ok(Some(event)) => event,
+            Ok(None) => return Next::End(End::Closed),
+            Err(_) => return Next::End(End::Silent),
+        };
+        match event {
+            Ok(WatchEvent::Added(object)) | Ok(WatchEvent::Modified(object)) => {
+                self.note_version(&object);
+                Next::Changed(object)
             }
+            Ok(WatchEvent::Deleted(object)) => {
+                self.note_version(&object);
+                Next::Deleted(object)
+            }
+            Ok(WatchEvent::Bookmark(b)) => {
+                self.last = b.metadata.resource_version;
+                Next::Bookmark
+            }
+            Ok(WatchEvent::Error(status)) if status.code == 410 => Next::End(End::Gone),
+            Ok(WatchEvent::Error(status)) => Next::End(End::Failed(kube::Error::Api(status))),
+            Err(e) => Next::End(End::Failed(e)),
         }
     }
 
@@ -117,11 +114,6 @@ where
     /// where a stream the server closed resumes.
     pub fn last_version(&self) -> &str {
         &self.last
-    }
-
-    /// Whether the server has sent a bookmark on this stream.
-    pub fn saw_bookmark(&self) -> bool {
-        self.saw_bookmark
     }
 
     fn note_version(&mut self, object: &K) {

@@ -275,6 +275,7 @@ impl PodTask {
                     self.publish(PodState::Terminating { why });
                     return End::Terminating;
                 }
+                Next::Bookmark => {}
                 Next::End(StreamEnd::Closed) => {
                     return End::Resume(stream.last_version().to_owned())
                 }

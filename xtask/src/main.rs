@@ -43,16 +43,17 @@ fn main() -> ExitCode {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."));
-    let mut command = if task.script.ends_with(".py") {
-        let mut c = Command::new("python3");
-        c.arg(task.script);
-        c
+    let interpreter = if task.script.ends_with(".py") {
+        "python3"
     } else {
-        let mut c = Command::new("bash");
-        c.arg(task.script);
-        c
+        "bash"
     };
-    match command.args(args).current_dir(root).status() {
+    let status = Command::new(interpreter)
+        .arg(task.script)
+        .args(args)
+        .current_dir(root)
+        .status();
+    match status {
         Ok(status) => match status.code() {
             Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             // Ended by a signal: say so as a shell would (128 + signal is not portable here).
