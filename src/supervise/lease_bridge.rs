@@ -33,6 +33,12 @@
 //! acked, at that next read ([`Tracker::on_read`]). A demotion not taken in by the kill deadline
 //! gets the process killed (the dead man's switch stays), and the process restarts as follower.
 //!
+//! Neither read waits for the app's timer when the preload finds upstream's `LeaderElection`
+//! class beside the main script (`services/leader-election.js`): a new grant starts a tick at
+//! once, and the tick after it starts as soon as that one has finished, both under the
+//! election's own `ticking` guard, so a handover costs the callbacks' time, not up to two retry
+//! periods. Without the class the ticks stay on the timer; the ack rule is the same either way.
+//!
 //! Detection: a process that never reads its Lease through the bridge within [`PROOF_WITHIN`]
 //! of its start, or whose preload reports it cannot patch the adapter, is refused: the
 //! supervisor exits 2 with an error naming the two-instance mode (`--on-change=leader-instance`)
@@ -66,7 +72,8 @@ pub const FOLLOWER_VAR: &str = "PASSMOWER_ELECTOR_BRIDGE_FOLLOWER_ENV";
 pub const PROOF_WITHIN: Duration = Duration::from_secs(30);
 
 /// The shortest `--kill-grace` the mode accepts: a demotion is taken in at the app's second
-/// Lease read after it, up to two retry periods (1 s each) and the callbacks later.
+/// Lease read after it, at once with the immediate ticks, else up to two retry periods (1 s
+/// each), and the callbacks later.
 pub const MIN_KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// Upstream's election, on, ticking every second (its smallest period).

@@ -302,3 +302,180 @@ fn an_app_that_never_reads_its_lease_through_the_bridge_is_refused_after_the_win
     let ack = sb.ack().expect("ack file");
     assert_eq!(ack["mode"], "stopped", "{ack}");
 }
+
+/// Passmower 2.4's election class in miniature (`src/services/leader-election.js`: a public
+/// `tick()`, the `ticking` and `stopped` fields, a private guard that never runs two ticks at
+/// once), with a timer of an hour and callbacks that take 400 ms, like operators starting and
+/// stopping. It records `start SELECTOR` / `stop` in `state`, and `overlap` if a tick ever starts
+/// while another runs.
+fn mini_election(sb: &Sandbox) -> PathBuf {
+    let src = sb.path("src");
+    std::fs::create_dir_all(src.join("adapters")).expect("src/adapters");
+    std::fs::create_dir_all(src.join("services")).expect("src/services");
+    std::fs::write(
+        src.join("adapters/kubernetes.js"),
+        "export class KubernetesAdapter {
+  async getLease() { throw new Error('reached the API server'); }
+  async createLease() { throw new Error('reached the API server'); }
+  async replaceLease() { throw new Error('reached the API server'); }
+}
+",
+    )
+    .expect("adapter");
+    let state = sb.path("state").display().to_string();
+    std::fs::write(
+        src.join("services/leader-election.js"),
+        format!(
+            "import fs from 'node:fs';
+const log = (line) => fs.appendFileSync({state:?}, line + '\\n');
+export class LeaderElection {{
+  constructor({{ adapter, onStartedLeading, onStoppedLeading }}) {{
+    this.adapter = adapter;
+    this.identity = process.env.POD_NAME || 'none';
+    this.onStartedLeading = onStartedLeading;
+    this.onStoppedLeading = onStoppedLeading;
+    this.leading = false;
+    this.timer = null;
+    this.ticking = false;
+    this.stopped = false;
+    this.active = 0;
+  }}
+  start() {{
+    this.timer = setInterval(() => this.#tickQuietly(), 3600 * 1000);
+    return this.#tickQuietly();
+  }}
+  #tickQuietly() {{
+    if (this.ticking) return;
+    this.ticking = true;
+    return this.tick()
+      .catch((e) => log('error ' + e.message))
+      .finally(() => {{ this.ticking = false; }});
+  }}
+  async tick() {{
+    this.active += 1;
+    if (this.active > 1) log('overlap');
+    try {{
+      const lease = await this.adapter.getLease('ns', 'passmower-operators');
+      if (lease.spec.holderIdentity === this.identity) {{
+        await this.adapter.replaceLease('ns', 'passmower-operators', lease);
+        if (!this.leading) {{ this.leading = true; await this.onStartedLeading(); }}
+      }} else if (this.leading) {{
+        this.leading = false;
+        await this.onStoppedLeading();
+      }}
+    }} finally {{
+      this.active -= 1;
+    }}
+  }}
+}}
+"
+        ),
+    )
+    .expect("leader-election.js");
+    let main = src.join("app.js");
+    std::fs::write(
+        &main,
+        format!(
+            "import fs from 'node:fs';
+import {{ KubernetesAdapter }} from './adapters/kubernetes.js';
+import {{ LeaderElection }} from './services/leader-election.js';
+const log = (line) => fs.appendFileSync({state:?}, line + '\\n');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+new LeaderElection({{
+  adapter: new KubernetesAdapter(),
+  onStartedLeading: async () => {{ await sleep(400); log('start ' + process.env.NAMESPACE_SELECTOR); }},
+  onStoppedLeading: async () => {{ await sleep(400); log('stop'); }},
+}}).start();
+"
+        ),
+    )
+    .expect("app.js");
+    main
+}
+
+/// With upstream's election class beside the main script, a new grant is read at once and its
+/// ack comes from the read right after the tick that took it in, not from the app's timer (an
+/// hour here: every ack below is one the timer could not have given). Grants that change while a
+/// tick is in flight wait for it: no two ticks ever run at once, and each ack comes only after
+/// the callbacks have finished.
+#[test]
+fn an_election_like_upstreams_takes_each_grant_in_at_once_and_never_ticks_twice_at_once() {
+    pme_testkit::needs_node();
+    let sb = Sandbox::new();
+    let main = mini_election(&sb);
+    let sv = Supervisor::start_env(
+        &sb,
+        &[("POD_NAME", "pod-a"), ("NAMESPACE_SELECTOR", "container")],
+        &[
+            "--on-change=lease-bridge",
+            "--leader-env",
+            "NAMESPACE_SELECTOR=real",
+            "--follower-env",
+            "NAMESPACE_SELECTOR=passmower-elector_idle",
+            "--kill-grace",
+            "3s",
+        ],
+        &["node", main.to_str().unwrap_or_default()],
+    );
+    let state = |sb: &Sandbox| sb.lines("state");
+    sb.write_grant(&follower(1, 1));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "follower", 1)),
+        "follower never acked: {:?}",
+        state(&sb)
+    );
+    let pid = sv.mode()["child_pid"].as_i64().expect("pid");
+
+    sb.write_grant(&leader(1, 2, Duration::from_secs(100)));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "leader", 2)),
+        "leader never acked without the app's timer: {:?}",
+        state(&sb)
+    );
+    assert_eq!(
+        state(&sb),
+        ["start real"],
+        "acked before the start finished"
+    );
+
+    sb.write_grant(&follower(1, 3));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "follower", 3)),
+        "demotion never acked without the app's timer: {:?}",
+        state(&sb)
+    );
+    assert_eq!(
+        state(&sb),
+        ["start real", "stop"],
+        "acked before the stop finished"
+    );
+
+    // Grants that change while the tick taking the previous one in is still in its callbacks.
+    sb.write_grant(&leader(1, 4, Duration::from_secs(100)));
+    std::thread::sleep(Duration::from_millis(150));
+    sb.write_grant(&follower(1, 5));
+    std::thread::sleep(Duration::from_millis(150));
+    sb.write_grant(&leader(1, 6, Duration::from_secs(100)));
+    assert!(
+        wait_until(LIMIT, POLL, || acked(&sb, "leader", 6)),
+        "the last of three quick grants was never acked: {:?}",
+        state(&sb)
+    );
+    let lines = state(&sb);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l == "overlap" || l.starts_with("error")),
+        "two ticks ran at once, or a Lease call reached the adapter: {lines:?}"
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("start real"),
+        "{lines:?}"
+    );
+    // start and stop alternate: each stand-down finished before the next start.
+    for pair in lines.windows(2) {
+        assert_ne!(pair[0], pair[1], "{lines:?}");
+    }
+    assert_eq!(sv.mode()["child_pid"].as_i64(), Some(pid), "restarted");
+}

@@ -71,6 +71,38 @@ const send = (line) => {
 // an operator.
 let grant = { n: 0, leader: false };
 
+// Immediate ticks. Upstream's election ticks every LEADER_RETRY_PERIOD_SECONDS (1 s at least),
+// so a new grant would wait up to a second to be read, and its ack (the read after the tick that
+// took it in) up to another: seconds with no operator at every handover. Instead, a new grant
+// starts a tick at once, and a second one as soon as that tick has finished, whose read is the
+// ack. Both go through the election's own `ticking` guard (a public field, set and cleared as
+// its private #tickQuietly does), so a tick never overlaps another, and the ack still comes
+// from a read the app made after the tick that took the grant in had finished. Without the
+// election's class (a later layout), the ticks stay on upstream's timer: slower, just as safe.
+const elections = new Map(); // a started LeaderElection -> immediate ticks still owed
+const tickNow = () => {
+  for (const election of elections.keys()) {
+    elections.set(election, 2);
+    kick(election);
+  }
+};
+const kick = (election) => {
+  const owed = elections.get(election) ?? 0;
+  // An election without upstream's two flags is not one this knows how to guard: its timer only.
+  if (typeof election.ticking !== 'boolean' || typeof election.stopped !== 'boolean') return;
+  if (owed <= 0 || election.stopped) return;
+  // A tick in flight kicks again when it ends (bridgedTick).
+  if (election.ticking) return;
+  elections.set(election, owed - 1);
+  election.ticking = true;
+  Promise.resolve()
+    .then(() => election.tick())
+    .catch((error) => globalThis.logger?.error({ error }, 'Leader election tick failed'))
+    .finally(() => {
+      election.ticking = false;
+    });
+};
+
 const setEnv = (values) => {
   for (const [key, value] of Object.entries(values)) {
     if (value === null || value === undefined) delete process.env[key];
@@ -92,6 +124,7 @@ if (Number.isInteger(fd) && fd >= 3) {
       buffered = buffered.slice(i + 1);
       if (word === 'grant' && /^\d+$/.test(n) && Number(n) > grant.n) {
         grant = { n: Number(n), leader: mode === 'leader' };
+        tickNow();
       }
     }
   });
@@ -99,6 +132,7 @@ if (Number.isInteger(fd) && fd >= 3) {
   // supervisor's own exit kills this process group anyway.
   const lost = () => {
     grant = { n: Number.MAX_SAFE_INTEGER, leader: false };
+    tickNow();
   };
   socket.on('end', lost);
   socket.on('error', lost);
@@ -175,7 +209,32 @@ const patch = (Adapter) => {
   proto.replaceLease = write(originals.replaceLease);
 };
 
-const adapterFile = () => {
+// Records each election that ticks, and owes it the next immediate tick once this one is over:
+// after the caller's own `finally` has cleared `ticking` (setImmediate runs after the promise
+// callbacks queued now).
+const patchElection = (LeaderElection) => {
+  const proto = LeaderElection.prototype;
+  const tick = proto.tick;
+  proto.tick = function bridgedTick(...args) {
+    // Its first tick may have read a grant told before the election existed: one more read
+    // right after it, so that grant's ack does not wait for the timer either.
+    if (!elections.has(this)) elections.set(this, 1);
+    const over = () => {
+      if ((elections.get(this) ?? 0) > 0) setImmediate(() => kick(this));
+    };
+    let running;
+    try {
+      running = Promise.resolve(tick.apply(this, args));
+    } catch (e) {
+      over();
+      throw e;
+    }
+    return running.finally(over);
+  };
+};
+
+// A file of the app's source tree beside its main script (src/app.js -> src/<parts>).
+const appFile = (...parts) => {
   const main = process.argv[1];
   if (!main) return undefined;
   let real;
@@ -184,7 +243,25 @@ const adapterFile = () => {
   } catch {
     return undefined;
   }
-  return path.join(path.dirname(real), 'adapters', 'kubernetes.js');
+  return path.join(path.dirname(real), ...parts);
+};
+const adapterFile = () => appFile('adapters', 'kubernetes.js');
+
+// The election's class, for immediate ticks; a reason when there is none (not broken: the
+// election still follows the grant, on its own timer).
+const installTicks = async () => {
+  const file = appFile('services', 'leader-election.js');
+  if (!file || !fs.existsSync(file)) return `no services/leader-election.js beside the main script`;
+  let mod;
+  try {
+    mod = await import(pathToFileURL(file).href);
+  } catch (e) {
+    return `cannot import ${file} (${String(e && e.message).split('\n')[0]})`;
+  }
+  const proto = mod.LeaderElection && mod.LeaderElection.prototype;
+  if (!proto || typeof proto.tick !== 'function') return `${file} has no LeaderElection.tick`;
+  patchElection(mod.LeaderElection);
+  return undefined;
 };
 
 const install = async () => {
@@ -219,5 +296,12 @@ if (broken) {
   say(`${broken}: this app's election cannot follow the grant`);
   send(`broken ${broken}`);
 } else {
+  let slow;
+  try {
+    slow = await installTicks();
+  } catch (e) {
+    slow = `patching the election failed (${e && e.message})`;
+  }
+  if (slow) say(`${slow}: a new grant waits for the election's next tick`);
   send('ready');
 }
