@@ -23,16 +23,11 @@ CLIENT_GO_VERSION="${CLIENT_GO_VERSION:-v0.37.2}"
 # The newest tag (v0.4.2, 2023); check for a newer one with
 # `go mod download -json github.com/linbit/k8s-await-election@vX.Y.Z`.
 AWAIT_ELECTION_VERSION="${AWAIT_ELECTION_VERSION:-v0.4.2}"
-CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}/bench-peers"
-# One build per cache at a time: another (CI beside a test run, two test binaries) would write
-# the same files, and a cached result is only trusted once its builder has finished.
-mkdir -p "$CACHE"
-exec 9>>"$CACHE/.build-bench-peers.lock"
-flock 9
+# shellcheck source=scripts/lib/build.sh
+. scripts/lib/build.sh
+build_start bench-peers bench-peers
 OUT="$CACHE/bin"
 mkdir -p "$OUT"
-
-log() { echo "build-bench-peers: $*" >&2; }
 src_hash() { cat "$@" | sha256sum | cut -c1-12; }
 
 # --- client-go ---------------------------------------------------------------------------

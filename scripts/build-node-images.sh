@@ -40,19 +40,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
 
-CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}/node-images"
-# One build per cache at a time: another (CI beside a test run, two test binaries) would write
-# the same files, and a cached result is only trusted once its builder has finished.
-mkdir -p "$CACHE"
-exec 9>>"$CACHE/.build-node-images.lock"
-flock 9
+# shellcheck source=scripts/lib/build.sh
+. scripts/lib/build.sh
+build_start node-images node-images
 UPSTREAM="${PME_UPSTREAM:-$REPO/../shared/upstream/passmower}"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 NODE_BIN="${PME_NODE_JS:-$(command -v node || true)}"
-mkdir -p "$CACHE"
-
-log() { echo "build-node-images: $*" >&2; }
-die() { log "$*"; exit 1; }
 sha() { sha256sum | cut -c1-16; }
 
 [[ -f "$UPSTREAM/package.json" && -d "$UPSTREAM/src" ]] || die "no Passmower source at $UPSTREAM (set PME_UPSTREAM)"
@@ -60,8 +53,7 @@ sha() { sha256sum | cut -c1-16; }
 for tool in python3 go npm debootstrap; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
-work="$(mktemp -d "$CACHE/work.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+build_scratch "$CACHE"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 
 # --- pause ---------------------------------------------------------------------------------
@@ -129,7 +121,7 @@ if [[ ! -f "$rootfs.complete" ]]; then
   mv "$rootfs.tmp" "$rootfs"
   touch "$rootfs.complete"
 fi
-rootfs_key="$(cat "$rootfs"/var/lib/dpkg/status | sha)"
+rootfs_key="$(sha <"$rootfs/var/lib/dpkg/status")"
 
 # --- node_modules ----------------------------------------------------------------------------
 mkdir -p "$work/pkg"

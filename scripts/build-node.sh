@@ -28,55 +28,30 @@
 # Prints the directory holding the six binaries on its last line of stdout.
 # Environment: KUBELET_VERSION, KUBE_VERSION, PME_CACHE (cache root).
 set -euo pipefail
+# shellcheck source=scripts/lib/build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/build.sh"
 
 KUBELET_VERSION="${KUBELET_VERSION:-v1.34.4}"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
-CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
-# One build per cache at a time: another (CI beside a test run, two test binaries) would write
-# the same files, and a cached result is only trusted once its builder has finished.
-mkdir -p "$CACHE"
-exec 9>>"$CACHE/.build-node.lock"
-flock 9
+build_start node
 OUT="$CACHE/node/kubelet-${KUBELET_VERSION}-kube-${KUBE_VERSION}"
 NODE_BINS=(kubelet kube-proxy)
 CONTROL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-
-log() { echo "build-node: $*" >&2; }
 
 have_all() {
   local b
   for b in "$@"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
-
-if have_all "${NODE_BINS[@]}" "${CONTROL_BINS[@]}"; then
-  log "cached: $OUT"
-  echo "$OUT"
-  exit 0
-fi
-
-command -v go >/dev/null || { log "go is required (the Go toolchain builds the node binaries)"; exit 1; }
+have_all "${NODE_BINS[@]}" "${CONTROL_BINS[@]}" && build_cached "$OUT"
 mkdir -p "$OUT"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+go_scratch
 
 # build VERSION CMD...: one wrapper module and one `go build` for every command of k8s.io/kubernetes
-# at VERSION. k8s.io/kubernetes points its staging modules (k8s.io/api, ...) at ./staging with
-# version v0.0.0; outside its repository those replace lines do not apply, so the wrapper
-# replaces each staging module with its published v0.MINOR.PATCH twin (as build-test-cluster.sh).
+# at VERSION.
 build() {
-  local version="$1" dir="$work/kube-$1" staging gomod cmd
+  local version="$1" dir="$work/kube-$1" cmd
   shift
-  mkdir -p "$dir" && cd "$dir"
-  go mod init "elector-test/kube-${version//./-}" >/dev/null 2>&1
-  go mod download -json "k8s.io/kubernetes@${version}" >"$dir/dl.json"
-  gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' "$dir/dl.json")"
-  staging="v0.${version#v1.}"
-  {
-    echo "replace ("
-    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
-    echo ")"
-  } >>go.mod
+  kube_module "$dir" "$version"
   local pkgs=()
   for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
   for cmd in "${pkgs[@]}"; do go get "${cmd}@${version}" >&2; done

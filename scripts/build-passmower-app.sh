@@ -13,20 +13,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 UPSTREAM="${PME_UPSTREAM:-$PWD/../shared/upstream/passmower}"
-CACHE="${PME_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/passmower-elector}"
-# One build per cache at a time: another (CI beside a test run, two test binaries) would write
-# the same files, and a cached result is only trusted once its builder has finished.
-mkdir -p "$CACHE"
-exec 9>>"$CACHE/.build-passmower-app.lock"
-flock 9
-log() { echo "build-passmower-app: $*" >&2; }
-die() { log "$*"; exit 1; }
+# shellcheck source=scripts/lib/build.sh
+. scripts/lib/build.sh
+build_start passmower-app
 [[ -f "$UPSTREAM/package.json" && -d "$UPSTREAM/src" ]] || die "no Passmower tree at $UPSTREAM (PME_UPSTREAM)"
 command -v npm >/dev/null || die "npm is required"
 sha() { sha256sum | cut -c1-16; }
 
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+build_scratch "${TMPDIR:-/tmp}"
 # @codemowers/oidc-key-manager ^1.2.0 is not in the npm registry and src/ never imports it
 # (../shared/upstream/README.md).
 python3 - "$UPSTREAM/package.json" "$work/package.json" <<'PY'

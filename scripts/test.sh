@@ -50,4 +50,23 @@ for arg in "$@"; do
       --bench | --bench=* | --benches | --tests | --doc) targets=() ;;
   esac
 done
-exec cargo test "${targets[@]}" "$@"
+# A progress line on stderr at most every 30 s while a test binary runs (the API tier takes
+# minutes); cargo's own output passes through unchanged.
+progress() {
+  local line total=0 done=0 last=$SECONDS start=$SECONDS
+  while IFS= read -r line; do
+    printf '%s\n' "$line"
+    case "$line" in
+      "running "*" test"*)
+        total="${line#running }" total="${total%% *}" done=0 start=$SECONDS last=$SECONDS ;;
+      "test "*" ... "*)
+        done=$((done + 1))
+        if ((SECONDS - last >= 30 && done < total)); then
+          last=$SECONDS
+          printf 'test.sh: %d of %d tests done (%dm%02ds)\n' "$done" "$total" \
+            $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) >&2
+        fi ;;
+    esac
+  done
+}
+cargo test "${targets[@]}" "$@" | progress
