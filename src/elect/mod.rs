@@ -8,6 +8,7 @@ pub mod fence_check;
 pub mod leader_app;
 pub mod lease_api;
 pub mod metrics;
+pub mod native_lease;
 pub mod object_watch;
 mod options;
 pub mod outputs;

@@ -87,6 +87,14 @@ pub struct ElectArgs {
     #[arg(long, env = "ELECTOR_WRITE_FENCE_CHECK", value_name = "DURATION|off",
         default_value = "5m", value_parser = parse_fence_check)]
     pub write_fence_check: FenceCheckPeriod,
+    /// Passmower's own Lease (2.4 and later: `passmower-operators`, or its
+    /// LEADER_ELECTION_LEASE_NAME), in the same namespace, for installs that move between its
+    /// election and ours: this pod leads only while it also holds that Lease under its pod name
+    /// (the identity upstream's election uses), takes it only once it is free, renews it with
+    /// ours and clears it when it hands over. So no pod running upstream's election runs
+    /// operators beside ours, on the way in or back. Needs get and update on that Lease.
+    #[arg(long, env = "ELECTOR_NATIVE_LEASE", value_name = "NAME")]
+    pub native_lease: Option<String>,
 }
 
 /// `--write-fence-check`: a period, or off.
@@ -141,6 +149,8 @@ pub struct ElectConfig {
     pub leader_app_metrics_port: Option<u16>,
     /// How often to check the write fence (None: never).
     pub write_fence_check: Option<Duration>,
+    /// Passmower's own Lease, held beside ours (see `--native-lease`).
+    pub native_lease: Option<String>,
 }
 
 impl ElectArgs {
@@ -232,7 +242,31 @@ impl ElectArgs {
                     .unwrap_or_else(|| namespace.clone());
                 (p, ns)
             });
+        let native_lease = self.native_lease.filter(|n| !n.is_empty());
+        if let Some(name) = &native_lease {
+            check_dns_subdomain("--native-lease", name)?;
+            if *name == self.lease_name {
+                return Err(ConfigError::new(
+                    "--native-lease",
+                    name,
+                    "must differ from --lease-name: it is Passmower's own Lease, held beside ours",
+                ));
+            }
+            // Upstream's election names a pod by its pod name: the identity must be one.
+            check_dns_subdomain("--identity", &identity).map_err(|e| {
+                ConfigError::new(
+                    "--identity",
+                    &identity,
+                    format!(
+                        "with --native-lease the identity must be the pod's name (POD_NAME, \
+                         the holder upstream's election writes): {}",
+                        e.reason
+                    ),
+                )
+            })?;
+        }
         Ok(ElectConfig {
+            native_lease,
             pod,
             lease_name: self.lease_name,
             namespace,

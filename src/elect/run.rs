@@ -20,6 +20,7 @@ mod adopt;
 mod contention;
 mod handover;
 mod lease_calls;
+mod native;
 mod publish;
 mod step_down;
 
@@ -190,6 +191,19 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
         consumer_timeout = ?config.consumer.timeout,
         "elector starting"
     );
+    let native = config.native_lease.as_deref().map(|name| {
+        tracing::info!(lease = %name, identity = %config.identity,
+            "holding Passmower's own Lease beside ours (--native-lease)");
+        native::Native::new(
+            LeaseApi::new(
+                client.clone(),
+                &config.namespace,
+                name,
+                config.timing.api_timeout(),
+            ),
+            &config.identity,
+        )
+    });
     let now = BootInstant::now();
     let elector = Elector {
         candidate: Candidate::new(holder, config.timing),
@@ -219,6 +233,7 @@ pub async fn start(config: ElectConfig) -> Result<ExitCode, RoleError> {
         own_pod: OwnPod::fixed(PodState::Pending),
         own_pod_target: Some(own_pod_target),
         pod_state: PodState::Pending,
+        native,
     };
     Ok(elector.run(signals).await)
 }
@@ -277,6 +292,8 @@ struct Elector {
     pod_state: PodState,
     /// What to watch once the start-up is over (or the fixed state when there is no Pod).
     own_pod_target: Option<Result<OwnPodTarget, PodState>>,
+    /// Passmower's own Lease, held beside ours (`--native-lease`).
+    native: Option<native::Native>,
 }
 
 /// The Pod the elector watches, from the downward API.
@@ -515,12 +532,28 @@ impl Elector {
             return;
         }
         if self.candidate.is_leader() {
-            self.renew().await;
+            // Upstream's Lease first: a leader that can no longer hold it steps down instead.
+            if self.native_keep().await {
+                self.renew().await;
+            }
         } else if self.candidate.may_acquire(now)
             && !self.step_down.sitting_out(now)
             && self.may_contend()
         {
-            self.acquire().await;
+            if self.native_take().await {
+                self.acquire().await;
+                let other = self
+                    .candidate
+                    .observed()
+                    .and_then(Observed::holder)
+                    .is_some_and(|h| !h.is_empty() && h != self.candidate.holder_id());
+                if !self.candidate.is_leader() && other {
+                    // Another pod of ours won: upstream's Lease must not keep naming this one.
+                    self.native_release().await;
+                }
+            }
+        } else {
+            self.native_observe(now).await;
         }
     }
 }

@@ -45,6 +45,11 @@ pub enum StopReason {
     /// The app's consumer (its supervisor) has exited or stopped answering: nothing would
     /// reconcile here. `state` says what was seen.
     ConsumerGone { state: String },
+    /// Passmower's own Lease, held beside ours (`--native-lease`), could not be renewed within
+    /// the renew deadline: its election may take it soon.
+    NativeLeaseLost,
+    /// Passmower's own Lease now names another holder: a pod running its election took it.
+    NativeLeaseTaken { holder: String },
 }
 
 impl std::fmt::Display for StopReason {
@@ -66,6 +71,13 @@ impl std::fmt::Display for StopReason {
                 "the app exited on its own {failures} times in a row as leader: stepping down"
             ),
             StopReason::ConsumerGone { state } => write!(f, "{state}: stepping down"),
+            StopReason::NativeLeaseLost => f.write_str(
+                "Passmower's own Lease could not be renewed within the renew deadline: stepping down",
+            ),
+            StopReason::NativeLeaseTaken { holder } => write!(
+                f,
+                "Passmower's own Lease is now held by {holder}: stepping down"
+            ),
         }
     }
 }

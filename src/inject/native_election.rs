@@ -299,6 +299,36 @@ fn set_env(main: &mut Mapping, name: &str, entry: Value) {
     }
 }
 
+/// The Lease of Passmower's own election that the elector holds beside ours
+/// (`elect --native-lease`, see `elect/native_lease.rs`), so that pods still (or again) running
+/// upstream's election never run operators beside ours while an install moves between the two:
+/// for `auto` and `ours`, every Passmower container not recognised as older than 2.4.0, its
+/// `LEADER_ELECTION_LEASE_NAME` (a literal; else upstream's default). None for `fence-only`
+/// (no elector), for a Passmower before 2.4.0 (no election), and for another app wrapped with
+/// `--container`.
+pub fn native_lease_to_hold(
+    main: &Mapping,
+    mode: PassmowerElection,
+    container: &str,
+) -> Option<String> {
+    if mode == PassmowerElection::FenceOnly || matches!(recognise(main), Recognition::Older(_)) {
+        return None;
+    }
+    let image = main
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let repository = image.split('@').next().unwrap_or_default();
+    let repository = repository.rsplit('/').next().unwrap_or_default();
+    if container != DEFAULT_CONTAINER && !repository.contains("passmower") {
+        return None;
+    }
+    let named = env_entry(main, LEASE_VAR)
+        .and_then(literal)
+        .filter(|v| !v.is_empty());
+    Some(named.unwrap_or_else(|| DEFAULT_NATIVE_LEASE.to_owned()))
+}
+
 /// `fence-only` for the target container `main`: refuses what would leave the fence
 /// refusing every operator write or guarding a Lease nobody takes, adds `POD_NAME` from
 /// `metadata.name` (upstream's holder), and returns the name of upstream's Lease.

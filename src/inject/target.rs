@@ -4,7 +4,9 @@
 use serde_norway::{Mapping, Value};
 
 use crate::inject::error::InjectError;
-use crate::inject::names::{WorkloadKind, INJECTED_ANNOTATION, LEASE_ANNOTATION};
+use crate::inject::names::{
+    WorkloadKind, ELECTOR_CONTAINER, INJECTED_ANNOTATION, LEASE_ANNOTATION,
+};
 use crate::inject::native_election;
 use crate::inject::options::InjectOptions;
 use crate::inject::value::{at, str_at};
@@ -33,6 +35,9 @@ pub struct Target {
     /// The Lease: the one an earlier `inject` annotated, else `--lease-name`, else the
     /// workload's name; with `--passmower-election=fence-only`, upstream's Lease once rewritten.
     pub lease: String,
+    /// Passmower's own Lease, which the elector holds beside ours (`--native-lease`), when its
+    /// pods get one: read from the elector's arguments once injected.
+    pub native_lease: Option<String>,
 }
 
 impl Target {
@@ -83,12 +88,34 @@ impl Target {
         let lease = annotation(LEASE_ANNOTATION)
             .or_else(|| opts.lease_name.clone())
             .unwrap_or_else(|| name.clone());
+        let injected_by = annotation(INJECTED_ANNOTATION);
+        let native_lease = if injected_by.is_some() {
+            elector_native_lease(value)
+        } else {
+            at(value, &["spec", "template", "spec", "containers"])
+                .and_then(Value::as_sequence)
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+                })
+                .and_then(Value::as_mapping)
+                .and_then(|main| {
+                    native_election::native_lease_to_hold(
+                        main,
+                        opts.passmower_election,
+                        &opts.container,
+                    )
+                })
+        };
+        // An elector whose own Lease is upstream's already excludes upstream's election on
+        // that very object (each side leaves a live holder alone): nothing to hold beside it.
+        let native_lease = native_lease.filter(|n| *n != lease);
         Ok(Some(Target {
             document,
             kind,
             name,
             namespace,
-            injected_by: annotation(INJECTED_ANNOTATION),
+            injected_by,
             election_annotation: annotation(native_election::MODE_ANNOTATION),
             service_account: str_at(value, &["spec", "template", "spec", "serviceAccountName"])
                 .or_else(|| str_at(value, &["spec", "template", "spec", "serviceAccount"]))
@@ -106,6 +133,7 @@ impl Target {
                 .cloned()
                 .unwrap_or_default(),
             lease,
+            native_lease,
         }))
     }
 
@@ -126,6 +154,21 @@ impl Target {
             reason: reason.into(),
         }
     }
+}
+
+/// The `--native-lease` an earlier `inject` gave the elector container of `value`'s pods.
+fn elector_native_lease(value: &Value) -> Option<String> {
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| at(value, &["spec", "template", "spec", list]))
+        .filter_map(Value::as_sequence)
+        .flatten()
+        .filter(|c| str_at(c, &["name"]) == Some(ELECTOR_CONTAINER))
+        .filter_map(|c| at(c, &["args"]).and_then(Value::as_sequence))
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--native-lease="))
+        .map(str::to_owned)
 }
 
 fn scalar_string(v: &Value) -> Option<&str> {

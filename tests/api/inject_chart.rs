@@ -88,6 +88,23 @@ fn notes_route(helm: Helm, header: &str) {
         .expect("--lease-name")
         .to_owned();
     assert_eq!(role["rules"][0]["resourceNames"][0], lease_arg.as_str());
+    // And upstream's Lease, which the sidecar holds beside its own for a Passmower that elects
+    // itself, may be read and updated by name.
+    let named: Vec<&str> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["resourceNames"][0].as_str())
+        .collect();
+    assert!(named.contains(&"passmower-operators"), "{role}");
+    if let Some(native) = elector["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--native-lease="))
+    {
+        assert!(named.contains(&native), "{native} not in {role}");
+    }
 
     // The check lines, with the Lease an elector would have created (no kubelet runs one).
     sandbox.ok(&format!(

@@ -34,6 +34,7 @@ mod leader_scope;
 mod lease_bridge;
 mod manifests_dry_run;
 mod native_election;
+mod native_lease;
 mod pods_end_to_end;
 mod pods_standby;
 mod renew_timeouts;

@@ -96,7 +96,7 @@ spec:
 
 /// What a pod's app container is given, from `inject`'s output.
 #[derive(Clone, Debug)]
-struct AppContainer {
+pub(crate) struct AppContainer {
     /// Literal env entries, and `POD_NAME` (from `metadata.name`) as `None`.
     env: Vec<(String, Option<String>)>,
     /// `supervise` flags, without the flag file and listen address (the sandbox's).
@@ -156,7 +156,7 @@ impl AppContainer {
 /// The injected app container (what `inject` makes of upstream's Deployment) and the one the
 /// injection made before it recognised Passmower's own election: the same, with the chart's
 /// `LEADER_ELECTION_ENABLED` as the manifest had it (the injection passed the env through).
-fn containers(ns: &str) -> (AppContainer, AppContainer) {
+pub(crate) fn containers(ns: &str) -> (AppContainer, AppContainer) {
     containers_of(&upstream_deployment(ns))
 }
 
@@ -190,30 +190,37 @@ fn containers_of(input: &str) -> (AppContainer, AppContainer) {
 
 /// What every pod shares: the control plane, the namespace, Redis, keys, and the preload that
 /// moves port 9090.
-struct Bed {
+pub(crate) struct Bed {
     /// A private control plane: Passmower 2.4's CRDs (served as v1 and v1beta1) are not the
     /// 1.3.0 ones the other api tests install into the shared one, and only one can be there.
-    cluster: Cluster,
-    ns: TestNs,
-    app: PathBuf,
-    redis_port: u16,
-    keys: (String, String),
-    preload: PathBuf,
+    pub(crate) cluster: Cluster,
+    pub(crate) ns: TestNs,
+    pub(crate) app: PathBuf,
+    pub(crate) redis_port: u16,
+    pub(crate) keys: (String, String),
+    pub(crate) preload: PathBuf,
     _dir: tempfile::TempDir,
 }
 
+impl Bed {
+    /// A directory that lives as long as the bed.
+    pub(crate) fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+}
+
 /// One pod: sandbox (its shared volume), supervisor (its app container), elector (its sidecar).
-struct PassmowerPod {
-    name: String,
+pub(crate) struct PassmowerPod {
+    pub(crate) name: String,
     sandbox: Sandbox,
     supervisor: Option<Supervisor>,
-    elector: Option<ElectorProcess>,
-    log: PathBuf,
+    pub(crate) elector: Option<ElectorProcess>,
+    pub(crate) log: PathBuf,
 }
 
 impl PassmowerPod {
     /// The app container: the supervisor running Passmower with `container`'s env.
-    fn start_app(bed: &Bed, name: &str, container: &AppContainer) -> PassmowerPod {
+    pub(crate) fn start_app(bed: &Bed, name: &str, container: &AppContainer) -> PassmowerPod {
         // A real pod's shared volume starts empty: no token before its elector writes one.
         let sandbox = Sandbox::new();
         let log = sandbox.path("passmower.log");
@@ -267,7 +274,12 @@ impl PassmowerPod {
     }
 
     /// The sidecar: the elector, pushing to this pod's supervisor.
-    fn start_elector(&mut self, bed: &Bed) {
+    pub(crate) fn start_elector(&mut self, bed: &Bed) {
+        self.start_elector_with(bed, &[]);
+    }
+
+    /// [`Self::start_elector`] with `extra` flags.
+    pub(crate) fn start_elector_with(&mut self, bed: &Bed, extra: &[&str]) {
         let flag = self.sandbox.flag_file().to_string_lossy().into_owned();
         let toggle = format!(
             "http://127.0.0.1:{}/grant",
@@ -284,6 +296,7 @@ impl PassmowerPod {
             &toggle,
         ];
         args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
+        args.extend_from_slice(extra);
         let uid = pme_testkit::pods::random_uid();
         self.elector = Some(ElectorProcess::elect_in_pod(
             &self.name,
@@ -296,7 +309,7 @@ impl PassmowerPod {
     }
 
     /// Whether this pod's supervisor runs its operator instance (leader grant, child running).
-    fn leads(&self) -> bool {
+    pub(crate) fn leads(&self) -> bool {
         self.supervisor.as_ref().is_some_and(|s| {
             let m = s.mode();
             m["mode"] == "leader" && m["child_mode"] == "leader" && m["child_pid"].is_i64()
@@ -306,7 +319,7 @@ impl PassmowerPod {
     /// A pod deletion: the app container gets SIGTERM (the supervisor stops both instances,
     /// Passmower's leader instance releases its own Lease first if it holds it), then the
     /// elector, once the app container is gone, as the kubelet stops a native sidecar.
-    fn terminate(&mut self) {
+    pub(crate) fn terminate(&mut self) {
         if let Some(mut s) = self.supervisor.take() {
             s.signal(Signal::SIGTERM);
             assert!(
@@ -326,7 +339,7 @@ impl PassmowerPod {
     }
 }
 
-async fn upstream_holder(admin: &kube::Client, ns: &str) -> Option<String> {
+pub(crate) async fn upstream_holder(admin: &kube::Client, ns: &str) -> Option<String> {
     Api::<Lease>::namespaced(admin.clone(), ns)
         .get_opt(DEFAULT_NATIVE_LEASE)
         .await
@@ -335,7 +348,7 @@ async fn upstream_holder(admin: &kube::Client, ns: &str) -> Option<String> {
 }
 
 /// Whether client `name` carries the Ready condition its operator writes once reconciled.
-async fn reconciled(admin: &kube::Client, ns: &str, name: &str) -> bool {
+pub(crate) async fn reconciled(admin: &kube::Client, ns: &str, name: &str) -> bool {
     let api = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &oidc_clients());
     let Ok(obj) = api.get(name).await else {
         return false;
@@ -372,7 +385,7 @@ fn assert_one_election_reconciled_every_tenure(tenures: &[Tenure]) {
     }
 }
 
-async fn setup() -> Option<Bed> {
+pub(crate) async fn setup() -> Option<Bed> {
     let app = app()?;
     let cluster = Cluster::start_private();
     let admin = cluster.admin_client().await;
@@ -412,7 +425,11 @@ async fn setup() -> Option<Bed> {
 }
 
 /// Waits until exactly one pod's operator instance runs and it is not `not`; its index.
-fn wait_leader(pods: &[PassmowerPod], not: Option<&str>, limit: Duration) -> Option<usize> {
+pub(crate) fn wait_leader(
+    pods: &[PassmowerPod],
+    not: Option<&str>,
+    limit: Duration,
+) -> Option<usize> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
         let leading: Vec<usize> = (0..pods.len()).filter(|&i| pods[i].leads()).collect();

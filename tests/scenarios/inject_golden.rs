@@ -508,9 +508,21 @@ fn passmower_2_4_gets_its_own_election_turned_off() {
         output.contains("# passmower-elector: warning: Deployment/passmower: spec.template.spec.containers[passmower].env LEADER_ELECTION_ENABLED was \"true\""),
         "{output}"
     );
+    // Upstream's Lease: the elector holds it beside its own, so pods still (or again) running
+    // upstream's election never run operators beside ours; its Role may get and update it by
+    // name. No fence follows it.
     assert!(
-        !output.contains("passmower-operators"),
-        "no RBAC or fence for upstream's Lease"
+        deployment.contains("- --native-lease=passmower-operators\n"),
+        "{deployment}"
+    );
+    assert!(
+        output.contains("  resourceNames:\n  - passmower-operators\n  resources:\n  - leases\n  verbs:\n  - get\n  - update\n"),
+        "{output}"
+    );
+    assert_eq!(
+        output.matches("passmower-operators").count(),
+        2,
+        "upstream's Lease named elsewhere (a fence?): {output}"
     );
     assert!(output.contains("passmower-elector supervise") || deployment.contains("- supervise\n"));
     // The 2.2 input gets the variable too (2.2 never reads it), so an image that turns out to
@@ -525,6 +537,8 @@ fn passmower_2_4_gets_its_own_election_turned_off() {
             older.contains("- name: LEADER_ELECTION_ENABLED\n          value: 'false'\n"),
             "{mode}: {older}"
         );
+        // A release before 2.4.0 has no election of its own: no Lease of it to hold.
+        assert!(!older.contains("--native-lease"), "{mode}: {older}");
     }
 }
 

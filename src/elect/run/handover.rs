@@ -115,6 +115,7 @@ impl Elector {
             source => tracing::info!(?source, ?waited, "consumer acknowledged the demotion"),
         }
         self.release().await;
+        self.native_release().await;
         true
     }
 

@@ -75,7 +75,7 @@ impl Elector {
 
     /// Hands the Lease over like a shutdown would (demote, ack, release), then sits out one
     /// lease duration so another pod can try.
-    async fn step_down(&mut self, reason: StopReason, now: BootInstant) {
+    pub(super) async fn step_down(&mut self, reason: StopReason, now: BootInstant) {
         let sit_out = self.candidate.timing().lease_duration;
         if let Some(t) = self.candidate.demote(reason) {
             self.apply(t, now);

@@ -170,6 +170,20 @@ pub fn elector_lease_rules(lease_name: &str) -> Vec<PolicyRule> {
     ]
 }
 
+/// The elector's rules for its Lease `lease` and, when it holds Passmower's own Lease beside it
+/// (`--native-lease`), get and update on that one too (its `create` is among the elector's).
+pub fn elector_rules(lease: &str, native_lease: Option<&str>) -> Vec<PolicyRule> {
+    let mut rules = elector_lease_rules(lease);
+    if let Some(native) = native_lease {
+        rules.extend(
+            native_lease_rules(native)
+                .into_iter()
+                .filter(|r| r.resource_names.is_some()),
+        );
+    }
+    rules
+}
+
 /// What Passmower's own election (2.4.0 and later) needs on its Lease `lease_name`, as
 /// upstream's 2.4 chart grants it (`get`, `create`, `update` on Leases), narrowed by name where
 /// RBAC can: it reads with get and renews, takes over and releases with update (a PUT); a
@@ -267,7 +281,7 @@ pub fn companions(info: &Target, with_pdb: bool) -> Vec<Generated> {
     let role_name = format!("{}-elector", info.name);
     let role = Role {
         metadata: metadata(info, role_name.clone()),
-        rules: Some(elector_lease_rules(&info.lease)),
+        rules: Some(elector_rules(&info.lease, info.native_lease.as_deref())),
     };
     let binding = RoleBinding {
         metadata: metadata(info, role_name.clone()),
@@ -434,7 +448,38 @@ mod tests {
             replicas,
             labels: Mapping::new(),
             lease: "passmower".into(),
+            native_lease: None,
         }
+    }
+
+    #[test]
+    fn the_role_of_an_elector_holding_passmowers_own_lease_gets_and_updates_it_by_name() {
+        let mut target = info(Some(3));
+        target.native_lease = Some("passmower-operators".into());
+        let role = &companions(&target, true)[0].value;
+        let rules = role["rules"].as_sequence().unwrap();
+        let named: Vec<(&str, Vec<&str>)> = rules
+            .iter()
+            .filter_map(|r| {
+                let name = r["resourceNames"].as_sequence()?.first()?.as_str()?;
+                let verbs = r["verbs"]
+                    .as_sequence()?
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect();
+                Some((name, verbs))
+            })
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("passmower", vec!["get", "watch", "update"]),
+                ("passmower-operators", vec!["get", "update"]),
+            ],
+            "{rules:?}"
+        );
+        let plain = &companions(&info(Some(3)), true)[0].value;
+        assert_eq!(plain["rules"].as_sequence().unwrap().len() + 1, rules.len());
     }
 
     #[test]

@@ -192,6 +192,11 @@ pub fn rewrite_pod_spec(
         .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| site.error(format!("container {:?} is not a mapping", opts.container)))?;
+    // Read before the election is turned off in it: the env names upstream's Lease.
+    // One named like ours is the same object, which each side already leaves alone while held.
+    let native_lease =
+        native_election::native_lease_to_hold(main, opts.passmower_election, &opts.container)
+            .filter(|n| n != lease);
     native_election::disable_native_election(
         main,
         opts.passmower_election,
@@ -208,7 +213,12 @@ pub fn rewrite_pod_spec(
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
     // this pod starts contending for the Lease, and the binary is in place before `supervise`.
-    let elector = to_value(&elector_container(lease, opts, identity));
+    let elector = to_value(&elector_container(
+        lease,
+        native_lease.as_deref(),
+        opts,
+        identity,
+    ));
     let install = to_value(&install_container(opts, identity));
     append(pod, "initContainers", install)
         .map_err(|()| site.error(format!("{path}.initContainers is not a list")))?;
@@ -522,6 +532,7 @@ fn leader_selector(
 
 fn elector_container(
     lease: &str,
+    native_lease: Option<&str>,
     opts: &InjectOptions,
     identity: Option<AppIdentity>,
 ) -> Container {
@@ -576,6 +587,7 @@ fn elector_container(
             )
             // Without a fence its check would only ever say so.
             .chain((!opts.fence).then(|| "--write-fence-check=off".to_owned()))
+            .chain(native_lease.map(|n| format!("--native-lease={n}")))
             .collect(),
         ),
         env: Some(vec![
