@@ -228,13 +228,7 @@ pub fn tag_warning(
     };
     // Another app wrapped with `--container` gets the variable (harmless, or the switch its own
     // election has), but no talk of Passmower generations.
-    let image = main
-        .get("image")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let repository = image.split('@').next().unwrap_or_default();
-    let repository = repository.rsplit('/').next().unwrap_or_default();
-    if container != DEFAULT_CONTAINER && !repository.contains("passmower") {
+    if !is_passmower(main, container) {
         return None;
     }
     let at = format!("{workload}: {path}.containers[{container}]");
@@ -299,6 +293,18 @@ fn set_env(main: &mut Mapping, name: &str, entry: Value) {
     }
 }
 
+/// Whether the target container is Passmower: the default container name, or an image whose
+/// name says so (another app wrapped with `--container` is not).
+fn is_passmower(main: &Mapping, container: &str) -> bool {
+    let image = main
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let repository = image.split('@').next().unwrap_or_default();
+    let repository = repository.rsplit('/').next().unwrap_or_default();
+    container == DEFAULT_CONTAINER || repository.contains("passmower")
+}
+
 /// The Lease of Passmower's own election that the elector holds beside ours
 /// (`elect --native-lease`, see `elect/native_lease.rs`), so that pods still (or again) running
 /// upstream's election never run operators beside ours while an install moves between the two:
@@ -311,16 +317,10 @@ pub fn native_lease_to_hold(
     mode: PassmowerElection,
     container: &str,
 ) -> Option<String> {
-    if mode == PassmowerElection::FenceOnly || matches!(recognise(main), Recognition::Older(_)) {
-        return None;
-    }
-    let image = main
-        .get("image")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let repository = image.split('@').next().unwrap_or_default();
-    let repository = repository.rsplit('/').next().unwrap_or_default();
-    if container != DEFAULT_CONTAINER && !repository.contains("passmower") {
+    if mode == PassmowerElection::FenceOnly
+        || matches!(recognise(main), Recognition::Older(_))
+        || !is_passmower(main, container)
+    {
         return None;
     }
     let named = env_entry(main, LEASE_VAR)

@@ -113,12 +113,9 @@ fn an_app_whose_election_does_not_go_through_the_bridge_is_refused_and_never_ack
     );
 }
 
-/// Passmower 2.4's election in miniature: the same adapter methods and file, a tick a second
-/// with a guard against overlap, stand down on "held by another", renew and lead on "held by
-/// us". It records `start SELECTOR` / `stop` in `state`; with the file `hang` present its stand
-/// down never finishes (an onStoppedLeading that hangs).
-fn mini_passmower(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("src");
+/// Upstream's `src/adapters/kubernetes.js` in miniature: its three Lease methods, each failing
+/// loudly if a call ever gets past the bridge to it.
+fn write_adapter(src: &std::path::Path) {
     std::fs::create_dir_all(src.join("adapters")).expect("src/adapters");
     std::fs::write(
         src.join("adapters/kubernetes.js"),
@@ -130,6 +127,15 @@ fn mini_passmower(sb: &Sandbox) -> PathBuf {
 ",
     )
     .expect("adapter");
+}
+
+/// Passmower 2.4's election in miniature: the same adapter methods and file, a tick a second
+/// with a guard against overlap, stand down on "held by another", renew and lead on "held by
+/// us". It records `start SELECTOR` / `stop` in `state`; with the file `hang` present its stand
+/// down never finishes (an onStoppedLeading that hangs).
+fn mini_passmower(sb: &Sandbox) -> PathBuf {
+    let src = sb.path("src");
+    write_adapter(&src);
     let state = sb.path("state");
     let hang = sb.path("hang");
     let main = src.join("app.js");
@@ -170,18 +176,11 @@ setInterval(async () => {{
     main
 }
 
-fn acked(sb: &Sandbox, mode: &str, seq: u64) -> bool {
-    sb.ack()
-        .is_some_and(|a| a["mode"] == mode && a["seq"].as_u64() == Some(seq))
-}
-
-#[test]
-fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_killed() {
-    pme_testkit::needs_node();
-    let sb = Sandbox::new();
-    let main = mini_passmower(&sb);
-    let sv = Supervisor::start_env(
-        &sb,
+/// The supervisor in lease-bridge mode around `node MAIN`, as pod-a, the real selector for the
+/// leader and the idle one for the follower.
+fn start_bridge(sb: &Sandbox, main: &std::path::Path) -> Supervisor {
+    Supervisor::start_env(
+        sb,
         &[("POD_NAME", "pod-a"), ("NAMESPACE_SELECTOR", "container")],
         &[
             "--on-change=lease-bridge",
@@ -193,7 +192,20 @@ fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_ki
             "3s",
         ],
         &["node", main.to_str().unwrap_or_default()],
-    );
+    )
+}
+
+fn acked(sb: &Sandbox, mode: &str, seq: u64) -> bool {
+    sb.ack()
+        .is_some_and(|a| a["mode"] == mode && a["seq"].as_u64() == Some(seq))
+}
+
+#[test]
+fn a_mode_is_acked_once_the_apps_election_took_it_in_and_a_hung_stand_down_is_killed() {
+    pme_testkit::needs_node();
+    let sb = Sandbox::new();
+    let main = mini_passmower(&sb);
+    let sv = start_bridge(&sb, &main);
     let state = |sb: &Sandbox| sb.lines("state");
     sb.write_grant(&follower(1, 1));
     assert!(
@@ -310,18 +322,8 @@ fn an_app_that_never_reads_its_lease_through_the_bridge_is_refused_after_the_win
 /// while another runs.
 fn mini_election(sb: &Sandbox) -> PathBuf {
     let src = sb.path("src");
-    std::fs::create_dir_all(src.join("adapters")).expect("src/adapters");
+    write_adapter(&src);
     std::fs::create_dir_all(src.join("services")).expect("src/services");
-    std::fs::write(
-        src.join("adapters/kubernetes.js"),
-        "export class KubernetesAdapter {
-  async getLease() { throw new Error('reached the API server'); }
-  async createLease() { throw new Error('reached the API server'); }
-  async replaceLease() { throw new Error('reached the API server'); }
-}
-",
-    )
-    .expect("adapter");
     let state = sb.path("state").display().to_string();
     std::fs::write(
         src.join("services/leader-election.js"),
@@ -403,20 +405,7 @@ fn an_election_like_upstreams_takes_each_grant_in_at_once_and_never_ticks_twice_
     pme_testkit::needs_node();
     let sb = Sandbox::new();
     let main = mini_election(&sb);
-    let sv = Supervisor::start_env(
-        &sb,
-        &[("POD_NAME", "pod-a"), ("NAMESPACE_SELECTOR", "container")],
-        &[
-            "--on-change=lease-bridge",
-            "--leader-env",
-            "NAMESPACE_SELECTOR=real",
-            "--follower-env",
-            "NAMESPACE_SELECTOR=passmower-elector_idle",
-            "--kill-grace",
-            "3s",
-        ],
-        &["node", main.to_str().unwrap_or_default()],
-    );
+    let sv = start_bridge(&sb, &main);
     let state = |sb: &Sandbox| sb.lines("state");
     sb.write_grant(&follower(1, 1));
     assert!(
