@@ -294,7 +294,11 @@ pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -
         (Some(_), Some(b)) => match on_change {
             OnChange::Restart | OnChange::LeaderInstance => Step::Stop,
             OnChange::Signal(sig) => Step::Signal(sig, b),
-            OnChange::LeaseBridge => Step::Bridge(b),
+            // A promotion is taken in by the one process; a demotion ends it: a stand-down in
+            // the process leaves callbacks already in flight, which wrote to Redis after the
+            // stand-down had been acked (tests/api/lease_bridge.rs), and nothing fences Redis.
+            OnChange::LeaseBridge if b == Mode::Leader => Step::Bridge(b),
+            OnChange::LeaseBridge => Step::Stop,
         },
     }
 }
@@ -406,7 +410,11 @@ mod tests {
         assert_eq!(step(None, None, restart), Step::Keep);
         let bridge = OnChange::LeaseBridge;
         assert_eq!(step(f, l, bridge), Step::Bridge(Mode::Leader));
-        assert_eq!(step(l, f, bridge), Step::Bridge(Mode::Follower));
+        assert_eq!(
+            step(l, f, bridge),
+            Step::Stop,
+            "a demotion ends the process"
+        );
         assert_eq!(step(l, l, bridge), Step::Keep);
         assert_eq!(step(l, None, bridge), Step::Stop);
     }

@@ -94,6 +94,10 @@ pub struct Supervisor {
     /// With `--on-change=lease-bridge`: the running process's bridge, and what its preload says.
     bridge: Option<Bridged>,
     bridge_starts: u64,
+    /// Set when the one process of `--on-change=lease-bridge` is stopped for a demotion: the
+    /// demotion is acked once it is gone, before the next process starts (that one is acked
+    /// only once its election reads through the bridge).
+    bridge_demoted: bool,
     bridge_tx: mpsc::UnboundedSender<(u64, Said)>,
     bridge_rx: Option<mpsc::UnboundedReceiver<(u64, Said)>>,
     status: watch::Sender<Status>,
@@ -127,6 +131,7 @@ impl Supervisor {
             health_rx: Some(health_rx),
             bridge: None,
             bridge_starts: 0,
+            bridge_demoted: false,
             bridge_tx,
             bridge_rx: Some(bridge_rx),
             obedience: Obedience::new(&settings, trust),
@@ -315,8 +320,15 @@ impl Supervisor {
             if let Some(standby) = &mut self.standby {
                 standby.withdraw("the supervisor is shutting down");
             }
-            let kill_at = self.obedience.kill_deadline(BootInstant::now());
-            self.child.signalled(kill_at);
+            if self.settings.on_change == OnChange::LeaseBridge {
+                // The one process ends at once (see `begin_stop`): Passmower's own SIGTERM
+                // handler stops its operators and then lives on until the kill grace, so waiting
+                // for it only leaves the cluster without an operator for that long.
+                self.child.kill();
+            } else {
+                let kill_at = self.obedience.kill_deadline(BootInstant::now());
+                self.child.signalled(kill_at);
+            }
             self.crash_hold = None;
             self.reconcile();
         }
@@ -397,6 +409,17 @@ impl Supervisor {
         let now = BootInstant::now();
         if let Some(r) = self.child.running() {
             tracing::info!(pid = r.pid.as_raw(), mode = %r.mode, "stopping the child's process group");
+        }
+        if self.settings.on_change == OnChange::LeaseBridge {
+            // The one process of the lease bridge is killed, not asked to stop: after an
+            // in-process stand-down, callbacks already in flight still wrote to Redis, which no
+            // fence guards (tests/api/lease_bridge.rs), and Passmower's own SIGTERM handler stops
+            // its operators and then lives on until the kill grace (its Redis client keeps it
+            // up), which only lengthens the time with no operator. SIGKILL ends every write at
+            // once; its pod's HTTP restarts with the next process (a rollout has drained the
+            // pod by then).
+            self.child.kill();
+            return;
         }
         let kill_at = self.obedience.kill_deadline(now);
         self.child.stop(now, kill_at);
@@ -503,8 +526,19 @@ impl Supervisor {
         });
         match mode::step(running, desired, self.settings.on_change) {
             Step::Keep => {}
-            Step::Start(m) => self.start(m, now),
-            Step::Stop => self.begin_stop(),
+            Step::Start(m) => {
+                if std::mem::take(&mut self.bridge_demoted) && m == Mode::Follower {
+                    // The demoted process is gone: that is what the demotion's ack says.
+                    self.settle(now);
+                }
+                self.start(m, now);
+            }
+            Step::Stop => {
+                self.bridge_demoted = self.settings.on_change == OnChange::LeaseBridge
+                    && running == Some(Mode::Leader)
+                    && desired == Some(Mode::Follower);
+                self.begin_stop();
+            }
             Step::Bridge(m) => self.bridge_to(m, now),
             Step::Signal(sig, m) => {
                 let how = match m {

@@ -331,6 +331,19 @@ impl Supervisor {
         })
     }
 
+    /// The lines of the stderr taken in so far that contain `needle` (no wait).
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter(|line| line.contains(needle))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether a line of the stderr taken in so far contains `needle` (no wait).
     pub fn log_contains(&self, needle: &str) -> bool {
         self.log

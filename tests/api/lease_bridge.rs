@@ -4,12 +4,14 @@
 //!
 //! Two processes-as-pods (sandbox, supervisor, elector) share the elector's Lease. Pod A leads
 //! and reconciles a client; pod B joins; A's elector is stopped (a graceful handover: follower
-//! written, the ack awaited, the Lease released), so A's one process must stand down in-process
-//! and the supervisor ack only once its election has; B leads and reconciles the next client.
-//! Then B goes, and a client created with only the demoted A left must stay unreconciled: its
-//! operators really stopped. Redis `MONITOR` records every `oidc:Client:*` write by A's
-//! connections after its ack, and both apps' own "Acquired"/"Lost the operator lease" lines
-//! give each process's tenure, which must never overlap. Upstream's Lease
+//! written, the ack awaited, the Lease released), so A's one process is killed and the supervisor
+//! acks only once it is gone (an in-process stand-down let a reconcile already in flight write
+//! to Redis after the ack, which is why a demotion ends the process); B leads and reconciles the
+//! next client. Then B goes, and a client created with only A's new follower process left must
+//! stay unreconciled. Redis `MONITOR` records every `oidc:Client:*` write by A's connections
+//! after its ack, and the apps' own "Acquired"/"Lost the operator lease" lines (a killed
+//! process's tenure ends when its supervisor reaped it) give each process's tenure, which must
+//! never overlap. Upstream's Lease
 //! (`passmower-operators`) must never be created: no traffic for it reaches the apiserver.
 //!
 //! A second run freezes A's elector (SIGSTOP) instead: A's grant lapses, its supervisor demotes
@@ -271,6 +273,19 @@ impl Pod {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// When the supervisor reaped process `pid` (ms since the epoch, from its log line's
+    /// timestamp): the end of a tenure the process could not log, having been killed.
+    fn stopped_at_ms(&self, pid: i32) -> Option<u64> {
+        let line = self
+            .supervisor
+            .as_ref()?
+            .log_lines(&format!("child stopped pid={pid} "))
+            .into_iter()
+            .next()?;
+        let stamp: k8s_openapi::jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+        u64::try_from(stamp.as_millisecond()).ok()
+    }
+
     fn stop_elector(&mut self) {
         if let Some(mut e) = self.elector.take() {
             e.signal(Signal::SIGTERM);
@@ -354,7 +369,9 @@ impl Monitor {
         Monitor { lines, stop }
     }
 
-    /// `oidc:Client:*` writes after `since` from a client on one of `ports`.
+    /// Operator writes of `oidc:Client:*` after `since` from a client on one of `ports`. Not the
+    /// built-in client (kind `SelfOIDCClient`): every Passmower process writes its own at start,
+    /// leader or not, as the side-by-side's Redis count also leaves it out.
     fn client_writes(&self, ports: &[u16], since: Instant) -> Vec<String> {
         let lines = self.lines.lock().expect("monitor lines").clone();
         lines
@@ -369,7 +386,8 @@ impl Monitor {
                 let key = quoted.next()?;
                 (ports.contains(&port)
                     && REDIS_WRITES.contains(&cmd.as_str())
-                    && key.starts_with("oidc:Client:"))
+                    && key.starts_with("oidc:Client:")
+                    && !line.contains("SelfOIDCClient"))
                 .then_some(line)
             })
             .collect()
@@ -462,12 +480,12 @@ fn overlap(a: &[(u64, Option<u64>)], b: &[(u64, Option<u64>)]) -> Option<String>
     None
 }
 
-/// The leader's one process reconciles; a graceful handover makes it stand down in-process and
-/// is acked only once its election has (its operators stopped: a client created with only it
-/// left stays unreconciled, and no `oidc:Client:*` write of its lands after the ack); the two
-/// processes' own tenures never overlap; upstream's Lease is never created.
+/// The leader's one process reconciles; a graceful handover kills it and is acked only once it is
+/// gone (no `oidc:Client:*` write of A's lands after the ack; a client created with only A's
+/// next, follower, process left stays unreconciled); the processes' tenures never overlap;
+/// upstream's Lease is never created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_process() {
+async fn one_process_per_pod_follows_the_grant_and_a_demotion_ends_it() {
     let Some(bed) = setup().await else {
         return;
     };
@@ -501,7 +519,7 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
 
     // Graceful handover: A's elector writes follower, awaits the ack, releases the Lease. A
     // client created just before it puts a reconcile in flight in A's operators as the demotion
-    // lands: what of it reaches Redis after the ack is what an in-process stop leaves.
+    // lands: the demotion kills A's process, so nothing of it may reach Redis after the ack.
     let before_race = Instant::now();
     create_client(&admin, &ns, "client-race").await;
     let demoted = Instant::now();
@@ -509,16 +527,17 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
     let a_ack = a
         .wait_acked("follower", Duration::from_secs(1))
         .expect("A's elector exited without A's supervisor acking follower");
-    let a_log = a.app_log();
     assert!(
-        a_log.contains("Lost the operator lease"),
-        "A acked follower but its election never stood down:\n{a_log}"
+        !pme_testkit::supervise::exists(a_pid),
+        "A acked follower while its demoted process {a_pid} still ran"
     );
+    let a_end = a
+        .stopped_at_ms(a_pid)
+        .expect("A's supervisor logged no stop of its demoted process");
     eprintln!(
-        "A's demotion acked (its election stood down) {:.2}s after its elector's SIGTERM",
+        "A's demotion acked (its process killed) {:.2}s after its elector's SIGTERM",
         a_ack.duration_since(demoted).as_secs_f64()
     );
-    assert_eq!(a.app_pid(), Some(a_pid), "A's process was restarted");
     assert!(
         b.wait_acked("leader", ACK_LIMIT).is_some(),
         "B never acked leader:\n{}",
@@ -538,10 +557,16 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
     // Only the demoted A is left: nothing may reconcile now.
     let b_log_path = b.log.clone();
     b.terminate();
-    a_ports.extend(redis_client_ports(a_pid, bed.redis_port));
+    // A's follower process after the demotion is A's too.
+    let a_next = a.app_pid();
+    if let Some(pid) = a_next {
+        a_ports.extend(redis_client_ports(pid, bed.redis_port));
+    }
     create_client(&admin, &ns, "client-2").await;
     let late = wait_reconciled(&admin, &ns, "client-2", QUIET).await;
-    a_ports.extend(redis_client_ports(a_pid, bed.redis_port));
+    if let Some(pid) = a_next {
+        a_ports.extend(redis_client_ports(pid, bed.redis_port));
+    }
     a_ports.sort_unstable();
     a_ports.dedup();
 
@@ -561,7 +586,8 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
         monitor.all_client_writes(),
         leaked.len()
     );
-    let a_tenures = tenures(&a.app_log());
+    let mut a_tenures = tenures(&a.app_log());
+    close_killed(&mut a_tenures, a_end);
     let b_tenures = tenures(&std::fs::read_to_string(&b_log_path).unwrap_or_default());
     eprintln!("A's tenures {a_tenures:?}; B's tenures {b_tenures:?}");
     let upstream = Api::<Lease>::namespaced(admin.clone(), &ns)
@@ -588,13 +614,12 @@ async fn one_process_per_pod_follows_the_grant_and_stops_its_operators_in_proces
 }
 
 /// A fault, not a handover: A's elector freezes (SIGSTOP) while A leads, so A's grant lapses
-/// with nobody to say so. A's supervisor demotes on its own at the expiry, A's one process stands
-/// down in-process and its follower ack lands before B's elector can take the Lease (which waits
-/// the whole lease duration): A's "Lost" comes before B's "Acquired", a client created in the
-/// leaderless gap is reconciled by B, and A's connections write no `oidc:Client:*` after A's
-/// ack.
+/// with nobody to say so. A's supervisor demotes on its own at the expiry and kills A's one
+/// process, before B's elector can take the Lease (which waits the whole lease duration): A's
+/// process ends before B's "Acquired", a client created in the leaderless gap is reconciled by
+/// B, and A's connections write no `oidc:Client:*` after A's ack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads() {
+async fn a_lapsed_grant_ends_the_process_before_another_pod_leads() {
     let Some(bed) = setup().await else {
         return;
     };
@@ -627,11 +652,17 @@ async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads(
         .wait_acked("follower", ACK_LIMIT)
         .expect("A's supervisor never acked follower after its grant lapsed");
     eprintln!(
-        "A acked follower {:.2}s after its elector froze (grant lapse R = 2s, then the app's \
-         election stood down)",
+        "A acked follower {:.2}s after its elector froze (grant lapse R = 2s, then the demoted \
+         process killed)",
         a_ack.duration_since(frozen).as_secs_f64()
     );
-    assert_eq!(a.app_pid(), Some(a_pid), "A's process was restarted");
+    assert!(
+        !pme_testkit::supervise::exists(a_pid),
+        "A acked follower while its demoted process {a_pid} still ran"
+    );
+    let a_end = a
+        .stopped_at_ms(a_pid)
+        .expect("A's supervisor logged no stop of its demoted process");
     assert!(
         b.wait_acked("leader", ACK_LIMIT).is_some(),
         "B never led after A's elector froze:\n{}",
@@ -644,7 +675,9 @@ async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads(
         b.app_log()
     );
     assert!(wait_reconciled(&admin, &ns, "client-race", RECONCILE_LIMIT).await);
-    a_ports.extend(redis_client_ports(a_pid, bed.redis_port));
+    if let Some(pid) = a.app_pid() {
+        a_ports.extend(redis_client_ports(pid, bed.redis_port));
+    }
     a_ports.sort_unstable();
     a_ports.dedup();
     let leaked = monitor.client_writes(&a_ports, a_ack);
@@ -658,7 +691,8 @@ async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads(
          {a_ports:?}) wrote {} oidc:Client:* after A's ack: {leaked:#?}",
         leaked.len()
     );
-    let a_tenures = tenures(&a.app_log());
+    let mut a_tenures = tenures(&a.app_log());
+    close_killed(&mut a_tenures, a_end);
     let b_tenures = tenures(&b.app_log());
     eprintln!("A's tenures {a_tenures:?}; B's tenures {b_tenures:?}");
     if let Some(e) = a.elector.as_mut() {
@@ -673,4 +707,14 @@ async fn a_lapsed_grant_stops_the_operators_in_process_before_another_pod_leads(
         None,
         "both processes led at once"
     );
+}
+
+/// Ends the open tenure of a process killed at `at` (ms since the epoch): it logged no "Lost".
+fn close_killed(tenures: &mut [(u64, Option<u64>)], at: u64) {
+    if let Some(open) = tenures
+        .iter_mut()
+        .find(|(start, end)| end.is_none() && *start <= at)
+    {
+        open.1 = Some(at);
+    }
 }
