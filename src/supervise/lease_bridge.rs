@@ -26,17 +26,23 @@
 //! the process keeps the follower environment until the bridge has answered "held by us", so
 //! such an election can only start operators that watch the idle namespace.
 //!
-//! The ack is derived from what the app did, not from a timer. After the supervisor sends grant
-//! `n`, the first Lease read answered from grant `n` (or later) starts the tick that takes it in
-//! (stands down and awaits `onStoppedLeading`, or renews and awaits `onStartedLeading`); the
-//! next read can only start once that tick has finished. So the mode counts as in effect, and is
-//! acked, at that next read ([`Tracker::on_read`]). A demotion not taken in by the kill deadline
-//! gets the process killed (the dead man's switch stays), and the process restarts as follower.
+//! The ack of a promotion is derived from what the app did, not from a timer. After the
+//! supervisor sends grant `n`, the first Lease read answered from grant `n` (or later) starts the
+//! tick that takes it in (renews and awaits `onStartedLeading`); the next read can only start
+//! once that tick has finished. So the mode counts as in effect, and is acked, at that next read
+//! ([`Tracker::on_read`]).
+//!
+//! A demotion is not taken in by the process at all: the supervisor kills it (see
+//! `supervisor::begin_stop`) and acks once it is gone, then starts the next one as follower. An
+//! in-process stand-down leaves callbacks in flight that still wrote to Redis after its ack
+//! (tests/api/lease_bridge.rs), and nothing fences Redis. (The tracker still guards a follower
+//! grant told to a running process with a kill deadline; the supervisor tells a running process
+//! only promotions now.)
 //!
 //! Neither read waits for the app's timer when the preload finds upstream's `LeaderElection`
 //! class beside the main script (`services/leader-election.js`): a new grant starts a tick at
 //! once, and the tick after it starts as soon as that one has finished, both under the
-//! election's own `ticking` guard, so a handover costs the callbacks' time, not up to two retry
+//! election's own `ticking` guard, so a promotion costs the callbacks' time, not up to two retry
 //! periods. Without the class the ticks stay on the timer; the ack rule is the same either way.
 //!
 //! Detection: a process that never reads its Lease through the bridge within [`PROOF_WITHIN`]
