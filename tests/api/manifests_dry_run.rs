@@ -196,7 +196,8 @@ async fn rendered_chart_passes_a_strict_server_side_dry_run() {
 }
 
 /// The chart's Role grants exactly the rules `inject` generates (one statement, in the
-/// library), for the Lease the chart names.
+/// library), for the Lease the chart names and, when it names a second one, Passmower's own
+/// Lease that the elector holds beside it (`nativeLease`).
 #[test]
 fn rendered_chart_role_has_the_library_rules() {
     let Some(files) = rendered_chart_files() else {
@@ -210,14 +211,18 @@ fn rendered_chart_role_has_the_library_rules() {
             .collect();
         assert_eq!(roles.len(), 1, "{}: one Role", file.display());
         let rules = roles[0].rules.clone().unwrap_or_default();
-        // The Lease name is the one the chart put into the name-restricted rule.
-        let lease = rules
+        // The Lease names are the ones the chart put into the name-restricted rules: ours first,
+        // then Passmower's own.
+        let mut named = rules
             .iter()
-            .find_map(|r| r.resource_names.as_ref()?.first().cloned())
+            .filter_map(|r| r.resource_names.as_ref()?.first().cloned());
+        let lease = named
+            .next()
             .unwrap_or_else(|| panic!("{}: no resourceNames", file.display()));
+        let native = named.next();
         assert_eq!(
             rules,
-            passmower_elector::inject::elector_lease_rules(&lease),
+            passmower_elector::inject::elector_rules(&lease, native.as_deref()),
             "{}: the chart's Role differs from inject's",
             file.display()
         );
