@@ -27,7 +27,9 @@ use std::process::ExitCode;
 
 use crate::config::{self, ConfigError};
 pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
-pub use companions::rbac::{deny_policy_name, elector_lease_rules, elector_rules, native_lease_rules};
+pub use companions::rbac::{
+    deny_policy_name, elector_lease_rules, elector_rules, native_lease_rules,
+};
 pub use error::InjectError;
 pub use failure::failure_manifest;
 pub use kustomize::{strategic_patch, Component};
