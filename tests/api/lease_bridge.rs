@@ -273,8 +273,21 @@ impl Pod {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// After a demotion's ack: the demoted process `pid` must be gone; when the supervisor
+    /// reaped it (ms since the epoch), the end of the tenure it could not log, being killed.
+    #[track_caller]
+    fn demoted_process_end(&self, pid: i32) -> u64 {
+        assert!(
+            !pme_testkit::supervise::exists(pid),
+            "{} acked follower while its demoted process {pid} still ran",
+            self.name
+        );
+        self.stopped_at_ms(pid)
+            .unwrap_or_else(|| panic!("{}'s supervisor logged no stop of {pid}", self.name))
+    }
+
     /// When the supervisor reaped process `pid` (ms since the epoch, from its log line's
-    /// timestamp): the end of a tenure the process could not log, having been killed.
+    /// timestamp).
     fn stopped_at_ms(&self, pid: i32) -> Option<u64> {
         let line = self
             .supervisor
@@ -527,13 +540,7 @@ async fn one_process_per_pod_follows_the_grant_and_a_demotion_ends_it() {
     let a_ack = a
         .wait_acked("follower", Duration::from_secs(1))
         .expect("A's elector exited without A's supervisor acking follower");
-    assert!(
-        !pme_testkit::supervise::exists(a_pid),
-        "A acked follower while its demoted process {a_pid} still ran"
-    );
-    let a_end = a
-        .stopped_at_ms(a_pid)
-        .expect("A's supervisor logged no stop of its demoted process");
+    let a_end = a.demoted_process_end(a_pid);
     eprintln!(
         "A's demotion acked (its process killed) {:.2}s after its elector's SIGTERM",
         a_ack.duration_since(demoted).as_secs_f64()
@@ -656,13 +663,7 @@ async fn a_lapsed_grant_ends_the_process_before_another_pod_leads() {
          process killed)",
         a_ack.duration_since(frozen).as_secs_f64()
     );
-    assert!(
-        !pme_testkit::supervise::exists(a_pid),
-        "A acked follower while its demoted process {a_pid} still ran"
-    );
-    let a_end = a
-        .stopped_at_ms(a_pid)
-        .expect("A's supervisor logged no stop of its demoted process");
+    let a_end = a.demoted_process_end(a_pid);
     assert!(
         b.wait_acked("leader", ACK_LIMIT).is_some(),
         "B never led after A's elector froze:\n{}",
