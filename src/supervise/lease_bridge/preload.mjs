@@ -110,8 +110,17 @@ const setEnv = (values) => {
   }
 };
 
-if (Number.isInteger(fd) && fd >= 3) {
-  socket = new net.Socket({ fd, readable: true, writable: true });
+// A descriptor that is no socket (a process started with a copy of the app's environment, as a
+// `node -e` run beside it) gets no bridge: every read answers "held by another", never a crash.
+const openSocket = () => {
+  try {
+    return new net.Socket({ fd, readable: true, writable: true });
+  } catch (e) {
+    say(`${FD_VAR}=${fd} is no socket (${e && e.code}); every read of the Lease is answered "held by another"`);
+    return undefined;
+  }
+};
+if (Number.isInteger(fd) && fd >= 3 && (socket = openSocket())) {
   // Never what keeps the app alive, nor what stops it from exiting at shutdown.
   socket.unref();
   socket.setEncoding('utf8');
@@ -136,7 +145,7 @@ if (Number.isInteger(fd) && fd >= 3) {
   };
   socket.on('end', lost);
   socket.on('error', lost);
-} else {
+} else if (!(Number.isInteger(fd) && fd >= 3)) {
   say(`${FD_VAR} is not a file descriptor; every read of the Lease is answered "held by another"`);
 }
 
