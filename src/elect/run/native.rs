@@ -48,6 +48,20 @@ impl Native {
         self.forbidden
     }
 
+    /// Writes it naming this pod through `api` (a create when it was absent, else a replace
+    /// conditional on the last answer), and records the write.
+    async fn write_ours(&mut self, api: &LeaseApi, duration: i32) -> Result<(), LeaseApiError> {
+        let desired = self.lease.held_by_us(api.namespace(), api.name(), duration);
+        let sent_at = BootInstant::now();
+        let written = if self.lease.current().is_none() {
+            api.create(&desired).await?
+        } else {
+            api.replace(&desired).await?
+        };
+        self.lease.wrote(written, sent_at, BootInstant::now());
+        Ok(())
+    }
+
     /// A fresh read; false when it failed (nothing is concluded from an old answer).
     async fn read(&mut self) -> bool {
         let sent_at = BootInstant::now();
@@ -118,20 +132,10 @@ impl Elector {
             Some(Verdict::Absent | Verdict::Free | Verdict::Ours) => {}
         }
         native.waiting_for = None;
-        let desired = native
-            .lease
-            .held_by_us(native.api.namespace(), native.api.name(), duration);
-        let sent_at = BootInstant::now();
-        let result = if native.lease.current().is_none() {
-            native.api.create(&desired).await
-        } else {
-            native.api.replace(&desired).await
-        };
+        let api = native.api.clone();
+        let result = native.write_ours(&api, duration).await;
         match result {
-            Ok(lease) => {
-                native.lease.wrote(lease, sent_at, BootInstant::now());
-                true
-            }
+            Ok(()) => true,
             Err(e) => {
                 if native.forbids(&e) {
                     return true;
@@ -168,20 +172,9 @@ impl Elector {
             None => return Renewal::Kept,
             Some(_) => {}
         }
-        let desired = native
-            .lease
-            .held_by_us(api.namespace(), api.name(), duration);
-        let sent_at = BootInstant::now();
-        let result = if native.lease.current().is_none() {
-            api.create(&desired).await
-        } else {
-            api.replace(&desired).await
-        };
+        let result = native.write_ours(&api, duration).await;
         match result {
-            Ok(lease) => {
-                native.lease.wrote(lease, sent_at, BootInstant::now());
-                Renewal::Kept
-            }
+            Ok(()) => Renewal::Kept,
             Err(LeaseApiError::Conflict | LeaseApiError::NotFound) => {
                 // Changed under us: read it; another holder means it was taken.
                 if native.read().await {
