@@ -35,9 +35,9 @@
 //! A demotion is not taken in by the process at all: the supervisor kills it (see
 //! `supervisor::begin_stop`) and acks once it is gone, then starts the next one as follower. An
 //! in-process stand-down leaves callbacks in flight that still wrote to Redis after its ack
-//! (tests/api/lease_bridge.rs), and nothing fences Redis. (The tracker still guards a follower
-//! grant told to a running process with a kill deadline; the supervisor tells a running process
-//! only promotions now.)
+//! (tests/api/lease_bridge.rs), and nothing fences Redis. So a running process is only ever
+//! told a promotion; the follower grant a process starts with is tracked the same way, and holds
+//! acks until the app's election has taken it in.
 //!
 //! Neither read waits for the app's timer when the preload finds upstream's `LeaderElection`
 //! class beside the main script (`services/leader-election.js`): a new grant starts a tick at
@@ -181,8 +181,6 @@ struct Awaited {
     n: u64,
     /// A read answered from grant `n` or later was seen: the tick taking it in has started.
     answered: bool,
-    /// A demotion not taken in by then gets the process killed.
-    deadline: Option<BootInstant>,
 }
 
 /// The bridge's state for one process: the grants sent, the reads seen. Pure.
@@ -205,14 +203,13 @@ impl Tracker {
     }
 
     /// Sends `mode` (the line for the socket); it is in effect once [`Tracker::on_read`] says
-    /// so. `deadline`: when a demotion not taken in gets the process killed.
-    pub fn tell(&mut self, mode: Mode, deadline: Option<BootInstant>) -> String {
+    /// so.
+    pub fn tell(&mut self, mode: Mode) -> String {
         self.sent += 1;
         self.awaited = Some(Awaited {
             mode,
             n: self.sent,
             answered: false,
-            deadline,
         });
         format!("grant {} {mode}\n", self.sent)
     }
@@ -248,45 +245,21 @@ impl Tracker {
         self.proven
     }
 
-    /// When the loop must look again: the demotion's kill deadline, or the end of the proof
-    /// window while unproven.
+    /// When the loop must look again: the end of the proof window while unproven.
     pub fn wake_at(&self) -> Option<BootInstant> {
-        let proof = (!self.proven)
+        (!self.proven)
             .then(|| self.started.map(|s| s.saturating_add(PROOF_WITHIN)))
-            .flatten();
-        let demotion = self.awaited.and_then(|a| a.deadline);
-        match (proof, demotion) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            .flatten()
     }
 
-    /// What is overdue at `now`.
-    pub fn overdue(&self, now: BootInstant) -> Overdue {
-        if !self.proven
+    /// Whether at `now` no read has come through the bridge within [`PROOF_WITHIN`] of the
+    /// start: the app's election does not follow the bridge.
+    pub fn unproven_at(&self, now: BootInstant) -> bool {
+        !self.proven
             && self
                 .started
                 .is_some_and(|s| now >= s.saturating_add(PROOF_WITHIN))
-        {
-            return Overdue::Unproven;
-        }
-        match self.awaited {
-            Some(Awaited {
-                deadline: Some(d), ..
-            }) if now >= d => Overdue::Demotion,
-            _ => Overdue::Nothing,
-        }
     }
-}
-
-/// What [`Tracker::overdue`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Overdue {
-    Nothing,
-    /// No read through the bridge within [`PROOF_WITHIN`] of the start.
-    Unproven,
-    /// A demotion not taken in by its kill deadline.
-    Demotion,
 }
 
 /// The supervisor's end of one process's socket.
@@ -349,7 +322,7 @@ impl Pair {
 impl Link {
     /// Sends a line; a few bytes into an empty socket buffer, so it never blocks. A failure is
     /// the process gone (it is reaped) or a full buffer (nothing read for a long time), where
-    /// the grant then is not taken in and the kill deadline applies.
+    /// the grant then is never taken in, so never acked.
     pub fn send(&self, line: &str) -> io::Result<()> {
         let n = std::io::Write::write(&mut &self.write, line.as_bytes())?;
         if n == line.len() {
@@ -399,54 +372,49 @@ mod tests {
         }
     }
 
-    /// A demotion is in effect at the read after the first one answered "held by another": that
-    /// read could start only once the tick that stood down (and awaited onStoppedLeading) ended.
+    /// A grant is in effect at the read after the first one answered from it: that read could
+    /// start only once the tick that took it in (and awaited its callback) had ended.
     #[test]
-    fn a_demotion_is_taken_in_at_the_read_after_the_first_answered_other() {
+    fn a_grant_is_taken_in_at_the_read_after_the_first_answered_from_it() {
         let mut t = Tracker::started(at(0));
         assert!(t.waiting(), "unproven until a read comes through");
-        let line = t.tell(Mode::Leader, None);
-        assert_eq!(line, "grant 1 leader\n");
-        assert_eq!(t.on_read(0, false), None, "answered from before the grant");
-        assert_eq!(t.on_read(1, true), None, "the tick taking it in starts");
-        assert_eq!(t.on_read(1, true), Some(Mode::Leader));
+        let line = t.tell(Mode::Follower);
+        assert_eq!(line, "grant 1 follower\n");
+        assert_eq!(t.on_read(1, false), None, "the tick taking it in starts");
+        assert_eq!(t.on_read(1, false), Some(Mode::Follower));
         assert!(!t.waiting());
 
-        let line = t.tell(Mode::Follower, Some(at(10)));
-        assert_eq!(line, "grant 2 follower\n");
+        let line = t.tell(Mode::Leader);
+        assert_eq!(line, "grant 2 leader\n");
         assert!(t.waiting());
-        // A read answered from the leader grant (in flight when the demotion was sent) is no
-        // evidence: the tick it started may still be leading.
-        assert_eq!(t.on_read(1, true), None);
-        assert_eq!(t.on_read(2, false), None);
-        assert_eq!(t.overdue(at(9)), Overdue::Nothing);
-        assert_eq!(t.wake_at(), Some(at(10)));
-        assert_eq!(t.on_read(2, false), Some(Mode::Follower));
-        assert_eq!(t.wake_at(), None);
-        assert_eq!(t.overdue(at(11)), Overdue::Nothing);
+        // A read answered from the follower grant (in flight when the promotion was sent) is no
+        // evidence: the tick it started has not taken the promotion in.
+        assert_eq!(t.on_read(1, false), None);
+        assert_eq!(t.on_read(2, true), None);
+        assert!(t.waiting());
+        assert_eq!(t.on_read(2, true), Some(Mode::Leader));
+        assert!(!t.waiting());
+        assert_eq!(t.wake_at(), None, "proven: nothing to look at again");
     }
 
-    /// Without the second read the demotion is never counted as done, however long it waits:
-    /// the kill deadline is what ends it.
+    /// An answer that does not follow the grant it came from proves nothing.
     #[test]
-    fn a_demotion_without_the_second_read_is_overdue_at_its_deadline() {
+    fn a_read_that_contradicts_its_grant_is_no_evidence() {
         let mut t = Tracker::started(at(0));
-        t.tell(Mode::Leader, None);
-        t.on_read(1, true);
-        t.on_read(1, true);
-        t.tell(Mode::Follower, Some(at(5)));
-        assert_eq!(t.on_read(2, false), None);
-        assert_eq!(t.overdue(at(4)), Overdue::Nothing);
-        assert_eq!(t.overdue(at(5)), Overdue::Demotion);
+        t.tell(Mode::Leader);
+        assert_eq!(t.on_read(1, false), None);
+        assert_eq!(t.on_read(1, false), None);
         assert!(t.waiting());
+        assert_eq!(t.on_read(1, true), None);
+        assert_eq!(t.on_read(1, true), Some(Mode::Leader));
     }
 
     #[test]
     fn a_newer_grant_replaces_the_one_awaited() {
         let mut t = Tracker::started(at(0));
-        t.tell(Mode::Follower, None);
+        t.tell(Mode::Follower);
         t.on_read(1, false);
-        t.tell(Mode::Leader, None);
+        t.tell(Mode::Leader);
         assert_eq!(t.on_read(1, false), None);
         assert_eq!(t.on_read(2, true), None);
         assert_eq!(t.on_read(3, true), Some(Mode::Leader), "n counts up");
@@ -455,15 +423,16 @@ mod tests {
     #[test]
     fn a_process_that_never_reads_through_the_bridge_is_overdue_after_the_proof_window() {
         let mut t = Tracker::started(at(100));
-        t.tell(Mode::Follower, None);
+        t.tell(Mode::Follower);
         assert_eq!(t.wake_at(), Some(at(100).saturating_add(PROOF_WITHIN)));
         let end = at(100).saturating_add(PROOF_WITHIN);
-        assert_eq!(t.overdue(at(101)), Overdue::Nothing);
-        assert_eq!(t.overdue(end), Overdue::Unproven);
+        assert!(!t.unproven_at(at(101)));
+        assert!(t.unproven_at(end));
         // One read proves it, whatever it answered.
         t.on_read(0, false);
         assert!(t.proven());
-        assert_eq!(t.overdue(end), Overdue::Nothing);
+        assert!(!t.unproven_at(end));
+        assert_eq!(t.wake_at(), None);
     }
 
     #[test]

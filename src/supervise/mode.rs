@@ -281,8 +281,9 @@ pub enum Step {
     Stop,
     /// Tell the running child to switch to this mode with a signal.
     Signal(Signal, Mode),
-    /// Tell the running child's lease bridge the new mode; its own election takes it in.
-    Bridge(Mode),
+    /// Tell the running follower's lease bridge it leads now; its own election takes it in. (A
+    /// demotion with the lease bridge is a [`Step::Stop`].)
+    BridgePromote,
 }
 
 pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -> Step {
@@ -297,7 +298,7 @@ pub fn step(running: Option<Mode>, desired: Option<Mode>, on_change: OnChange) -
             // A promotion is taken in by the one process; a demotion ends it: a stand-down in
             // the process leaves callbacks already in flight, which wrote to Redis after the
             // stand-down had been acked (tests/api/lease_bridge.rs), and nothing fences Redis.
-            OnChange::LeaseBridge if b == Mode::Leader => Step::Bridge(b),
+            OnChange::LeaseBridge if b == Mode::Leader => Step::BridgePromote,
             OnChange::LeaseBridge => Step::Stop,
         },
     }
@@ -409,7 +410,7 @@ mod tests {
         assert_eq!(step(l, None, usr2), Step::Stop);
         assert_eq!(step(None, None, restart), Step::Keep);
         let bridge = OnChange::LeaseBridge;
-        assert_eq!(step(f, l, bridge), Step::Bridge(Mode::Leader));
+        assert_eq!(step(f, l, bridge), Step::BridgePromote);
         assert_eq!(
             step(l, f, bridge),
             Step::Stop,

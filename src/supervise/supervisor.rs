@@ -539,7 +539,7 @@ impl Supervisor {
                     && desired == Some(Mode::Follower);
                 self.begin_stop();
             }
-            Step::Bridge(m) => self.bridge_to(m, now),
+            Step::BridgePromote => self.bridge_promote(),
             Step::Signal(sig, m) => {
                 let how = match m {
                     Mode::Leader => SignalDemotion::Signal { acked_at: now },

@@ -8,7 +8,7 @@ use nix::unistd::Pid;
 use super::{Shutdown, Supervisor};
 use crate::clock::BootInstant;
 use crate::grant::Mode;
-use crate::supervise::lease_bridge::{self, Overdue, Said, Tracker};
+use crate::supervise::lease_bridge::{self, Said, Tracker};
 
 /// The lease bridge of the process that runs now (see `lease_bridge.rs`).
 #[derive(Debug)]
@@ -20,8 +20,8 @@ pub(super) struct Bridged {
 }
 
 impl Bridged {
-    fn tell(&mut self, mode: Mode, deadline: Option<BootInstant>) {
-        let line = self.tracker.tell(mode, deadline);
+    fn tell(&mut self, mode: Mode) {
+        let line = self.tracker.tell(mode);
         if let Some(Err(e)) = self.link.as_ref().map(|l| l.send(&line)) {
             tracing::warn!(error = %e, %mode, "cannot tell the lease bridge the grant; \
                 nothing is acked until the app's election has taken it in");
@@ -30,24 +30,20 @@ impl Bridged {
 }
 
 impl Supervisor {
-    /// Tells the running process's lease bridge the new mode. A demotion must be taken in by the
-    /// kill deadline (no later than the kill grace after the expiry of the grant it ran under),
-    /// or the process is killed; a promotion counts as a leader start.
-    pub(super) fn bridge_to(&mut self, m: Mode, now: BootInstant) {
-        let deadline =
-            (m == Mode::Follower).then(|| self.obedience.kill_deadline(now)(Mode::Leader));
+    /// Tells the running follower's lease bridge that it leads now; the promotion counts as a
+    /// leader start. Only promotions come here: a demotion ends the process (`mode::step`), so no
+    /// running process is ever told to stand down.
+    pub(super) fn bridge_promote(&mut self) {
         let Some(r) = self.child.running_mut() else {
             return;
         };
-        tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %m,
+        tracing::info!(pid = r.pid.as_raw(), from = %r.mode, to = %Mode::Leader,
             "telling the app's election the grant through the lease bridge");
-        r.mode = m;
+        r.mode = Mode::Leader;
         if let Some(b) = &mut self.bridge {
-            b.tell(m, deadline);
+            b.tell(Mode::Leader);
         }
-        if m == Mode::Leader {
-            self.leader_starts = self.leader_starts.saturating_add(1);
-        }
+        self.leader_starts = self.leader_starts.saturating_add(1);
     }
 
     /// Whether acks must wait, with `--on-change=lease-bridge`: the running process has not yet
@@ -99,21 +95,11 @@ impl Supervisor {
         let Some(b) = &self.bridge else {
             return;
         };
-        match b.tracker.overdue(now) {
-            Overdue::Nothing => {}
-            Overdue::Unproven => self.refuse_bridge(&format!(
+        if b.tracker.unproven_at(now) {
+            self.refuse_bridge(&format!(
                 "no read of its Lease came through the bridge within {} of its start",
                 crate::config::human(lease_bridge::PROOF_WITHIN)
-            )),
-            Overdue::Demotion => {
-                if let Some(pid) = self.child.kill() {
-                    tracing::warn!(
-                        pid = pid.as_raw(),
-                        "the app's election did not take the demotion in within the kill grace; \
-                         killed its process group (it restarts as follower)"
-                    );
-                }
-            }
+            ));
         }
     }
 
@@ -159,7 +145,7 @@ impl Supervisor {
             tracker: Tracker::started(now),
             link,
         };
-        bridged.tell(m, None);
+        bridged.tell(m);
         self.bridge = Some(bridged);
         Ok(pid)
     }
