@@ -40,6 +40,9 @@ pub struct Gathered {
     /// The Events on the Lease recorded by the electors, oldest first.
     pub events: Result<Vec<Event>, String>,
     pub fence: FenceRead,
+    /// Passmower's own Lease, when the electors hold it beside theirs (`elect --native-lease`):
+    /// its name and what was read.
+    pub native: Option<(String, Read<Lease>)>,
 }
 
 /// The write fence as read: its name (per ServiceAccount), its two objects, and the refusals
@@ -88,6 +91,23 @@ pub async fn gather(client: &Client, namespace: &str, config: &StatusConfig) -> 
         None if deployment.is_some() => Ok(Vec::new()),
         None => pods_named(client, namespace, &lease, &events).await,
     };
+    let native_name = template
+        .as_ref()
+        .and_then(elector_native_lease)
+        .or_else(|| {
+            pods.as_ref()
+                .ok()?
+                .iter()
+                .find_map(|p| p.spec.as_ref().and_then(elector_native_lease))
+        });
+    let native = match native_name {
+        Some(name) => {
+            let read =
+                bounded(Api::<Lease>::namespaced(client.clone(), namespace).get_opt(&name)).await;
+            Some((name, read))
+        }
+        None => None,
+    };
     // The fence is per ServiceAccount: the pods' (a pod spec without one runs as `default`).
     let service_account = template
         .as_ref()
@@ -120,6 +140,7 @@ pub async fn gather(client: &Client, namespace: &str, config: &StatusConfig) -> 
         pods,
         events,
         fence,
+        native,
     }
 }
 
@@ -183,6 +204,16 @@ fn lease_name(
 
 /// The `--lease-name` of the elector container of `spec`, if it has one.
 pub fn elector_lease_name(spec: &PodSpec) -> Option<String> {
+    elector_setting(spec, "--lease-name", "ELECTOR_LEASE_NAME")
+}
+
+/// The `--native-lease` of the elector container of `spec`, if it holds Passmower's own Lease.
+pub fn elector_native_lease(spec: &PodSpec) -> Option<String> {
+    elector_setting(spec, "--native-lease", "ELECTOR_NATIVE_LEASE").filter(|n| !n.is_empty())
+}
+
+/// A flag of the elector container of `spec` (`--flag=V`, `--flag V`), else its variable.
+fn elector_setting(spec: &PodSpec, flag: &str, variable: &str) -> Option<String> {
     let elector: &Container = spec
         .init_containers
         .iter()
@@ -197,10 +228,10 @@ pub fn elector_lease_name(spec: &PodSpec) -> Option<String> {
         .map(String::as_str)
         .collect();
     for (i, arg) in args.iter().enumerate() {
-        if let Some(name) = arg.strip_prefix("--lease-name=") {
-            return Some(name.to_owned());
+        if let Some(value) = arg.strip_prefix(flag).and_then(|a| a.strip_prefix('=')) {
+            return Some(value.to_owned());
         }
-        if *arg == "--lease-name" {
+        if *arg == flag {
             return args.get(i + 1).map(|s| s.to_string());
         }
     }
@@ -208,7 +239,7 @@ pub fn elector_lease_name(spec: &PodSpec) -> Option<String> {
         .env
         .iter()
         .flatten()
-        .find(|e| e.name == "ELECTOR_LEASE_NAME")
+        .find(|e| e.name == variable)
         .and_then(|e| e.value.clone())
 }
 
@@ -400,6 +431,29 @@ mod tests {
             Some("pm3")
         );
         assert_eq!(elector_lease_name(&PodSpec::default()), None);
+        let native = elector(
+            vec![
+                "elect",
+                "--lease-name=pm",
+                "--native-lease",
+                "passmower-operators",
+            ],
+            None,
+        );
+        assert_eq!(elector_lease_name(&native).as_deref(), Some("pm"));
+        assert_eq!(
+            elector_native_lease(&native).as_deref(),
+            Some("passmower-operators")
+        );
+        assert_eq!(
+            elector_native_lease(&elector(vec!["elect", "--native-lease="], None)),
+            None,
+            "empty: off"
+        );
+        assert_eq!(
+            elector_native_lease(&elector(vec!["elect", "--lease-name=pm"], None)),
+            None
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::report::Report;
+use super::report::{NativeLeaseView, Report};
 
 /// The report as one screen of text.
 pub fn text(r: &Report) -> String {
@@ -88,6 +88,9 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         }
     } else {
         writeln!(out, "  does not exist")?;
+    }
+    if let Some(n) = &r.native_lease {
+        write_native_lease(out, &r.namespace, n)?;
     }
     writeln!(out)?;
     writeln!(out, "PODS")?;
@@ -174,6 +177,39 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         }
     }
     Ok(())
+}
+
+/// Passmower's own Lease, held beside ours (`elect --native-lease`).
+fn write_native_lease(out: &mut String, namespace: &str, n: &NativeLeaseView) -> std::fmt::Result {
+    writeln!(
+        out,
+        "Passmower's own Lease {namespace}/{} (elect --native-lease)",
+        n.name
+    )?;
+    if !n.exists {
+        return writeln!(out, "  does not exist (the leader creates it)");
+    }
+    let whose = if n.held_by_leader {
+        "the leader, as it should"
+    } else if n.fresh {
+        "Passmower's own election: no elector contends while it renews"
+    } else if n.holder.is_some() {
+        "STALE: free to take"
+    } else {
+        "released: free to take"
+    };
+    writeln!(
+        out,
+        "  holder    {} ({whose})",
+        n.holder.as_deref().unwrap_or("none")
+    )?;
+    writeln!(
+        out,
+        "  renewed   {} (lease duration {}s)",
+        n.renewed_seconds_ago
+            .map_or_else(|| "never".to_owned(), |s| format!("{s:.1}s ago")),
+        n.lease_duration_seconds.unwrap_or(0)
+    )
 }
 
 fn seconds(s: Option<f64>) -> String {

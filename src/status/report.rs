@@ -44,6 +44,9 @@ pub struct Report {
     /// The electors' last Events, newest first.
     pub events: Vec<EventView>,
     pub fence: FenceView,
+    /// Passmower's own Lease, when the electors hold it beside theirs (`elect --native-lease`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_lease: Option<NativeLeaseView>,
     /// Parts that could not be read, in words.
     pub unreadable: Vec<String>,
     /// The Lease could not be read: nothing can be told (exit 3).
@@ -84,6 +87,23 @@ pub struct LeaseView {
     pub consumer_reason: Option<String>,
     pub acquired_cause: Option<String>,
     pub leaderless_seconds: Option<f64>,
+}
+
+/// Passmower's own Lease (2.4 and later), which the electors hold beside theirs while two
+/// elections may meet in one install: a fresh holder that is not the electors' leader is
+/// Passmower's own election, and no elector contends until that Lease is released or goes
+/// unrenewed for its duration.
+#[derive(Debug, Default, Serialize)]
+pub struct NativeLeaseView {
+    pub name: String,
+    pub exists: bool,
+    pub holder: Option<String>,
+    pub renewed_seconds_ago: Option<f64>,
+    pub lease_duration_seconds: Option<i64>,
+    /// Held and renewed within its duration.
+    pub fresh: bool,
+    /// Held under the pod name of the electors' leader: ours, as it should be.
+    pub held_by_leader: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -234,6 +254,20 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
         healthy = false;
         verdict = why;
     }
+    let native_lease = g.native.as_ref().and_then(|(name, read)| match read {
+        Ok(found) => Some(native_lease_view(name, found.as_ref(), &lease, now)),
+        Err(e) => {
+            unreadable.push(format!("Lease {name} (Passmower's own election): {e}"));
+            None
+        }
+    });
+    if let Some(why) = native_lease
+        .as_ref()
+        .and_then(|n| native_lease_verdict(n, &lease))
+    {
+        healthy = false;
+        verdict = why;
+    }
     Report {
         namespace: g.namespace.clone(),
         healthy,
@@ -244,9 +278,70 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
         handovers,
         events: recent,
         fence,
+        native_lease,
         unreadable,
         unknown,
     }
+}
+
+fn native_lease_view(
+    name: &str,
+    l: Option<&k8s_openapi::api::coordination::v1::Lease>,
+    ours: &LeaseView,
+    now: Timestamp,
+) -> NativeLeaseView {
+    let Some(spec) = l.map(|l| l.spec.clone().unwrap_or_default()) else {
+        return NativeLeaseView {
+            name: name.to_owned(),
+            ..NativeLeaseView::default()
+        };
+    };
+    let holder = spec.holder_identity.filter(|h| !h.is_empty());
+    let renewed_ago = spec.renew_time.map(|t| seconds_between(t.0, now));
+    let duration = spec.lease_duration_seconds.map(i64::from);
+    let fresh = holder.is_some()
+        && matches!((renewed_ago, duration), (Some(ago), Some(d)) if ago <= d as f64);
+    // Our leader writes upstream's Lease under its pod name, the identity upstream's election
+    // uses.
+    let held_by_leader =
+        ours.renew_fresh && holder.is_some() && holder.as_deref() == ours.holder_pod.as_deref();
+    NativeLeaseView {
+        name: name.to_owned(),
+        exists: true,
+        holder,
+        renewed_seconds_ago: renewed_ago,
+        lease_duration_seconds: duration,
+        fresh,
+        held_by_leader,
+    }
+}
+
+/// What Passmower's own Lease changes in the verdict: a fresh holder there that is not our
+/// leader is Passmower's own election running operators, which the electors wait for (no
+/// leader of ours) or which meets our leader (who steps down at its next renewal).
+fn native_lease_verdict(n: &NativeLeaseView, ours: &LeaseView) -> Option<String> {
+    if !n.fresh || n.held_by_leader {
+        return None;
+    }
+    let holder = n.holder.as_deref().unwrap_or("?");
+    let renewed = n
+        .renewed_seconds_ago
+        .map_or_else(|| "?".to_owned(), |s| format!("{s:.1}s ago"));
+    let duration = n.lease_duration_seconds.unwrap_or(0);
+    if ours.renew_fresh && ours.holder.is_some() {
+        let pod = ours.holder_pod.as_deref().unwrap_or("?");
+        return Some(format!(
+            "two elections: {pod} holds the Lease {}, but Passmower's own election holds its \
+             Lease {} ({holder}, renewed {renewed}); {pod} steps down when it next renews",
+            ours.name, n.name
+        ));
+    }
+    Some(format!(
+        "no leader of ours: Passmower's own election holds its Lease {} ({holder}, renewed \
+         {renewed}, lease duration {duration}s), so no elector contends; one takes over once \
+         that Lease is released or goes unrenewed for {duration}s",
+        n.name
+    ))
 }
 
 fn deployment_view(name: &str, d: Option<&Deployment>) -> DeploymentView {

@@ -622,3 +622,104 @@ async fn status_exits_1_without_a_working_leader_2_on_usage_errors_and_3_when_it
         "{out}"
     );
 }
+
+/// While Passmower's own election holds its Lease (a running 2.4 install moving to the
+/// elector, or back), the electors wait: status names that holder instead of a bare "no
+/// Lease", from the `--native-lease` its pods' electors carry, under the read-only RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_passmowers_own_election_while_it_holds_its_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    let ns = Cluster::shared().new_namespace().await;
+    let kubeconfig = reader_kubeconfig(&ns).await;
+    let admin = Cluster::shared().admin_client().await;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "pm", "namespace": ns.name},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "pm"}},
+            "template": {"metadata": {"labels": {"app": "pm"}}, "spec": {
+                "initContainers": [{
+                    "name": "passmower-elector",
+                    "image": "example.invalid/passmower-elector:1",
+                    "restartPolicy": "Always",
+                    // Ours named after the Deployment, as inject names it (the test bed's
+                    // default Lease name is upstream's).
+                    "args": ["elect", "--lease-name=pm", "--native-lease", "passmower-operators"],
+                }],
+                "containers": [{"name": "passmower", "image": "example.invalid/passmower:2.4"}],
+            }},
+        },
+    }))
+    .expect("deployment");
+    Api::<Deployment>::namespaced(admin.clone(), &ns.name)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create the Deployment");
+    let leases: Api<Lease> = Api::namespaced(admin, &ns.name);
+    let held = |renewed_ago: i64| -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {"name": "passmower-operators", "namespace": ns.name},
+            "spec": {
+                "holderIdentity": "passmower-old-7d9f-abcde",
+                "leaseDurationSeconds": 15,
+                "renewTime": MicroTime(Timestamp::now() - SignedDuration::from_secs(renewed_ago)),
+            },
+        }))
+        .expect("lease")
+    };
+    leases
+        .create(&PostParams::default(), &held(1))
+        .await
+        .expect("create passmower-operators");
+    let args = ["-n", ns.name.as_str(), "--deployment", "pm"];
+
+    let (code, out, _) = run_status(&kubeconfig, &[&args[..], &["-o", "json"]].concat());
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).expect("JSON");
+    let verdict = report["verdict"].as_str().unwrap_or_default();
+    assert!(
+        verdict.contains(
+            "no leader of ours: Passmower's own election holds its Lease passmower-operators \
+             (passmower-old-7d9f-abcde"
+        ),
+        "{verdict}"
+    );
+    assert_eq!(report["native_lease"]["fresh"], true, "{out}");
+    assert_eq!(report["native_lease"]["held_by_leader"], false, "{out}");
+    let (code, screen, _) = run_status(&kubeconfig, &args);
+    assert_eq!(code, 1);
+    eprintln!("--- status while Passmower's own election holds its Lease\n{screen}");
+    assert!(
+        screen.contains("Passmower's own Lease")
+            && screen.contains("no elector contends while it renews"),
+        "{screen}"
+    );
+
+    // Its pods gone, it goes stale: free to take, and the verdict is about ours again.
+    let mut stale = held(60);
+    stale.metadata.resource_version = leases
+        .get("passmower-operators")
+        .await
+        .expect("get")
+        .metadata
+        .resource_version;
+    leases
+        .replace("passmower-operators", &PostParams::default(), &stale)
+        .await
+        .expect("replace");
+    let (code, out, _) = run_status(&kubeconfig, &[&args[..], &["-o", "json"]].concat());
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).expect("JSON");
+    assert!(
+        report["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("does not exist")),
+        "{out}"
+    );
+    assert_eq!(report["native_lease"]["fresh"], false, "{out}");
+}

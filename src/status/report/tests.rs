@@ -154,6 +154,7 @@ fn gathered(lease: Read<Lease>, pods: Vec<Pod>, events: Vec<Event>) -> Gathered 
             binding: Err("forbidden".into()),
             refusals: Err("forbidden".into()),
         },
+        native: None,
     }
 }
 
@@ -410,4 +411,109 @@ fn the_fence_says_whether_its_parameter_is_this_lease() {
     ] {
         assert!(r.verdict.contains(needle), "{needle}: {}", r.verdict);
     }
+}
+
+/// Passmower's own Lease as its election or our leader writes it: the holder is a pod name.
+fn native(holder: &str, renewed_ago: i64) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some("passmower-operators".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(ago(renewed_ago))),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// While a running 2.4 install moves over, Passmower's own election holds its Lease and no
+/// elector contends: status says so instead of a bare "released", and names the holder.
+#[test]
+fn a_lease_held_by_passmowers_own_election_says_why_no_elector_leads() {
+    let mut g = gathered(
+        Ok(None),
+        vec![pod("pm-a", UID_A, running("passmower"))],
+        vec![],
+    );
+    g.native = Some((
+        "passmower-operators".into(),
+        Ok(Some(native("passmower-old-7d9", 2))),
+    ));
+    let r = build(&g, now());
+    assert!(!r.healthy);
+    assert_eq!(r.exit_code(), 1);
+    for needle in [
+        "Passmower's own election holds its Lease passmower-operators",
+        "passmower-old-7d9",
+        "no elector contends",
+        "15s",
+    ] {
+        assert!(r.verdict.contains(needle), "{needle}: {}", r.verdict);
+    }
+    let n = r
+        .native_lease
+        .as_ref()
+        .expect("the native Lease is reported");
+    assert!(n.fresh && !n.held_by_leader);
+    let text = super::super::render::text(&r);
+    assert!(
+        text.contains("Passmower's own Lease pm/passmower-operators"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no elector contends while it renews"),
+        "{text}"
+    );
+
+    // Gone stale (its pods are gone): free to take, and the verdict is ours again.
+    g.native = Some((
+        "passmower-operators".into(),
+        Ok(Some(native("passmower-old-7d9", 16))),
+    ));
+    let r = build(&g, now());
+    assert!(
+        !r.verdict.contains("Passmower's own election"),
+        "{}",
+        r.verdict
+    );
+    assert!(super::super::render::text(&r).contains("STALE: free to take"));
+}
+
+/// Our leader holds both Leases under its pod name: healthy. Another fresh holder of
+/// Passmower's Lease beside our leader is two elections, which is never healthy.
+#[test]
+fn the_leader_holds_passmowers_lease_too_and_another_holder_is_two_elections() {
+    let mut g = gathered(
+        Ok(Some(lease(1, Some(true)))),
+        vec![pod("pm-a", UID_A, running("passmower"))],
+        vec![],
+    );
+    g.native = Some(("passmower-operators".into(), Ok(Some(native("pm-a", 1)))));
+    let r = build(&g, now());
+    assert!(r.healthy, "{}", r.verdict);
+    assert!(r.native_lease.as_ref().is_some_and(|n| n.held_by_leader));
+    assert!(super::super::render::text(&r).contains("the leader, as it should"));
+
+    g.native = Some((
+        "passmower-operators".into(),
+        Ok(Some(native("passmower-old-7d9", 1))),
+    ));
+    let r = build(&g, now());
+    assert!(!r.healthy);
+    for needle in ["two elections", "pm-a", "passmower-old-7d9", "steps down"] {
+        assert!(r.verdict.contains(needle), "{needle}: {}", r.verdict);
+    }
+
+    // Unreadable (a Role without get on it): said, and the verdict is left alone.
+    g.native = Some(("passmower-operators".into(), Err("forbidden".into())));
+    let r = build(&g, now());
+    assert!(r.healthy, "{}", r.verdict);
+    assert!(r.native_lease.is_none());
+    assert!(r
+        .unreadable
+        .iter()
+        .any(|u| u.contains("passmower-operators") && u.contains("forbidden")));
 }
