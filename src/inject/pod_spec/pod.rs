@@ -236,16 +236,22 @@ spec:
             .filter_map(|e| e["name"].as_str())
             .collect();
         assert_eq!(names, ["app-registry", "sidecar-registry"]);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].starts_with(
-                "Pod/pm-7d9f-*: spec.containers[passmower].resources.limits.memory is 200Mi"
-            ),
-            "{warnings:?}"
-        );
+        // The limit sized for one instance: no standby (said), and a limit too small for the
+        // leader's two instances (warned).
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        for w in &warnings {
+            assert!(
+                w.starts_with(
+                    "Pod/pm-7d9f-*: spec.containers[passmower].resources.limits.memory is 200Mi"
+                ),
+                "{warnings:?}"
+            );
+        }
+        assert!(warnings[0].contains("warm standby"), "{warnings:?}");
+        assert!(warnings[1].contains("OOM-killed"), "{warnings:?}");
         assert_eq!(
             pod["metadata"]["annotations"][WARNINGS_ANNOTATION].as_str(),
-            Some(warnings[0].as_str())
+            Some(warnings.join("\n").as_str())
         );
     }
 

@@ -1,16 +1,23 @@
-//! Whether the app container's memory limit leaves room for the leader instance: with
+//! Whether the app container's memory leaves room for the leader instance: with
 //! `--on-change=leader-instance` the leader pod runs the app twice, and a limit sized for one
 //! instance gets the app container OOM-killed when its pod is promoted. With the warm standby
 //! (`--leader-standby`, inject's default) every other pod runs the app twice as well, the
 //! standby taking about what the leader instance takes, so such a limit fails in every pod
-//! at once. Also the Kubernetes quantity parser the check reads the limit with.
+//! at once. Also the Kubernetes quantity parser the checks read the resources with.
 //!
-//! The rule: warn when `resources.limits.memory` is below 2 × 200Mi = 400Mi. Measured on
-//! Passmower 1.3.0 and 2.4 after a 20 s idle window (docs/results/standby.md): the serving
-//! instance takes 132–170 MiB RSS, a leader instance 145–179 MiB and a waiting standby
-//! 176–197 MiB; 200Mi per instance covers each of them. What the app needs beyond idle cannot
-//! be known here, so the rule only catches a limit that cannot hold two idle instances. No
-//! limit, no warning: nothing is capped.
+//! The rules, from Passmower 1.3.0 and 2.4 measured after a 20 s idle window
+//! (docs/results/standby.md): the serving instance takes 132–170 MiB RSS, a leader instance
+//! 145–179 MiB and a waiting standby 176–197 MiB; 200Mi per instance covers each of them.
+//! - The limit: warn when `resources.limits.memory` is below 2 × 200Mi = 400Mi. What the app
+//!   needs beyond idle cannot be known here, so the rule only catches a limit that cannot hold
+//!   two idle instances. No limit, no warning: nothing is capped.
+//! - The standby: only where the workload planned memory for two instances in every pod. A
+//!   memory request (or, without one, the limit, which Kubernetes then takes as the request)
+//!   below 400Mi says the pods were sized for one instance each; a standby would put a second
+//!   in every pod, and a node packed by those requests would run short in all of them. There
+//!   the standby is left out (the leader pod alone runs two instances while it leads, so a
+//!   promotion waits for Node's boot), and the output says so. No request and no limit: the
+//!   standby stays, as nothing was planned to exceed.
 
 use serde_norway::{Mapping, Value};
 
@@ -26,13 +33,53 @@ pub const INSTANCE_MIB: u64 = 200;
 /// The smallest memory limit that is not warned about, in MiB: two instances.
 pub const LEADER_POD_MIB: u64 = 2 * INSTANCE_MIB;
 
+/// Whether the warm standby goes into the pods of `main`'s workload: asked for (inject's
+/// default) and within the memory the workload planned per pod (the module's rule). The note
+/// says why it was left out.
+pub fn standby(main: &Mapping, site: &PodSite, opts: &InjectOptions) -> (bool, Option<String>) {
+    if !opts.leader_standby || opts.app_on_change() != AppOnChange::LeaderInstance {
+        return (false, None);
+    }
+    let resources = main.get("resources");
+    let (which, planned) = match (
+        resources.and_then(|r| at(r, &["requests", "memory"])),
+        resources.and_then(|r| at(r, &["limits", "memory"])),
+    ) {
+        (Some(request), _) if !request.is_null() => ("requests", request),
+        (_, Some(limit)) if !limit.is_null() => ("limits", limit),
+        _ => return (true, None),
+    };
+    // A quantity that cannot be read is refused by the apiserver, or warned about as a limit.
+    let Some(bytes) = quantity_value(planned) else {
+        return (true, None);
+    };
+    if bytes >= (LEADER_POD_MIB * MI) as f64 {
+        return (true, None);
+    }
+    let note = format!(
+        "{}: {}.containers[{}].resources.{which}.memory is {}, below {LEADER_POD_MIB}Mi (2 x \
+         {INSTANCE_MIB}Mi): the pods are sized for one instance of the app, so the warm \
+         standby (--leader-standby), which runs a second one in every pod \
+         ({STANDBY_MEASURED}), is left out. A promotion then starts the leader instance afresh \
+         (measured on Passmower: 2.4-4.2 s to the first reconcile, against 0.4-1.2 s with the \
+         standby). For the standby, request at least {LEADER_POD_MIB}Mi; --no-leader-standby \
+         leaves it out without this note",
+        site.workload,
+        site.path,
+        opts.container,
+        shown(planned)
+    );
+    (false, Some(note))
+}
+
 /// The warning for the app container `main` (of the pod at `site`) when its memory limit
 /// cannot hold two instances, or cannot be read. Only for `--on-change=leader-instance`:
-/// `restart` runs one instance at a time.
+/// `restart` runs one instance at a time. `standby`: whether its pods get the warm standby.
 pub fn memory_limit_warning(
     main: &Mapping,
     site: &PodSite,
     opts: &InjectOptions,
+    standby: bool,
 ) -> Option<String> {
     if opts.app_on_change() != AppOnChange::LeaderInstance {
         return None;
@@ -45,7 +92,7 @@ pub fn memory_limit_warning(
         "{}: {}.containers[{}].resources.limits.memory",
         site.workload, site.path, opts.container
     );
-    let second = if opts.leader_standby {
+    let second = if standby {
         format!(
             "every pod runs a second instance of the app: its leader instance while it leads \
              (--on-change=leader-instance), else its warm standby (--leader-standby; \
@@ -61,7 +108,7 @@ pub fn memory_limit_warning(
         "{second}, so the limit must hold both: at least {LEADER_POD_MIB}Mi \
          (2 x {INSTANCE_MIB}Mi)"
     );
-    let when = if opts.leader_standby {
+    let when = if standby {
         "in every pod, the standby's first"
     } else {
         "when its pod becomes leader"
@@ -212,7 +259,7 @@ mod tests {
     }
 
     fn warning(resources: &str, opts: &InjectOptions) -> Option<String> {
-        memory_limit_warning(&container(resources), &site(), opts)
+        memory_limit_warning(&container(resources), &site(), opts, opts.leader_standby)
     }
 
     #[test]
@@ -299,5 +346,66 @@ mod tests {
         };
         let text = warning("{limits: {memory: 128Mi}}", &both).expect("warned");
         assert!(text.contains("containers[app]"), "{text}");
+    }
+
+    /// The standby goes only where every pod was planned for two instances: a request (or,
+    /// without one, a limit) below 400Mi leaves it out, with a note that says why and what to
+    /// set; no plan at all keeps it.
+    #[test]
+    fn the_standby_goes_only_where_the_pods_are_sized_for_two_instances() {
+        let standby_of =
+            |resources: &str, opts: &InjectOptions| standby(&container(resources), &site(), opts);
+        for (resources, which, shown) in [
+            ("{requests: {memory: 256Mi}}", "requests", "256Mi"),
+            (
+                "{requests: {memory: 256Mi}, limits: {memory: 1Gi}}",
+                "requests",
+                "256Mi",
+            ),
+            ("{limits: {memory: 300M}}", "limits", "300M"),
+            ("{requests: {memory: 399Mi}}", "requests", "399Mi"),
+        ] {
+            let (on, note) = standby_of(resources, &opts());
+            assert!(!on, "{resources}: standby kept");
+            let note = note.unwrap_or_else(|| panic!("{resources}: no note"));
+            assert!(
+                note.starts_with(&format!(
+                    "Deployment/passmower: spec.template.spec.containers[passmower].resources.\
+                     {which}.memory is {shown}, below 400Mi"
+                )),
+                "{note}"
+            );
+            for needle in [
+                "warm standby",
+                "request at least 400Mi",
+                "--no-leader-standby",
+            ] {
+                assert!(note.contains(needle), "{needle}: {note}");
+            }
+        }
+        for resources in [
+            "{}",
+            "{requests: {cpu: 100m}}",
+            "{requests: {memory: 400Mi}}",
+            "{requests: {memory: 512Mi}, limits: {memory: 1Gi}}",
+            "{limits: {memory: 0.5Gi}}",
+            "{requests: {memory: lots}}",
+        ] {
+            assert_eq!(standby_of(resources, &opts()), (true, None), "{resources}");
+        }
+        // Not asked for, or a mode without a second instance: none, and nothing to say.
+        let cold = InjectOptions {
+            leader_standby: false,
+            ..opts()
+        };
+        assert_eq!(
+            standby_of("{requests: {memory: 1Gi}}", &cold),
+            (false, None)
+        );
+        let restart = InjectOptions {
+            on_change: Some(AppOnChange::Restart),
+            ..opts()
+        };
+        assert_eq!(standby_of("{}", &restart), (false, None));
     }
 }

@@ -178,9 +178,21 @@ pub fn rewrite_pod_spec(
             &site.workload,
         ),
     );
+    let (standby, standby_note) = pod
+        .get("containers")
+        .and_then(Value::as_sequence)
+        .and_then(|c| {
+            c.iter()
+                .find(|c| str_at(c, &["name"]) == Some(opts.container.as_str()))
+        })
+        .and_then(Value::as_mapping)
+        .map_or((opts.leader_standby, None), |main| {
+            crate::inject::pod_spec::sizing::standby(main, site, opts)
+        });
+    warnings.extend(standby_note);
     let mut supervise_flags =
         crate::inject::pod_spec::identity::supervise_flags(pod, explicit, identity);
-    supervise_flags.extend(on_change_flags(opts));
+    supervise_flags.extend(on_change_flags(opts, standby));
 
     // The main container: supervise becomes its entrypoint.
     let containers = pod
@@ -208,7 +220,7 @@ pub fn rewrite_pod_spec(
     wrap_main_container(main, site, opts, &supervise_flags)?;
     let drain = add_drain(main, site, opts, warnings);
     warnings.extend(crate::inject::pod_spec::sizing::memory_limit_warning(
-        main, site, opts,
+        main, site, opts, standby,
     ));
 
     // Sidecars go last among the initContainers so the app's own init steps finish before
@@ -424,16 +436,16 @@ fn wrap_main_container(
 /// its operators in a second one while leader; every listener of that one goes to a free
 /// loopback port, since its metrics port 9090 is fixed in its code and `PORT` is not the only
 /// port it opens — but the metrics port goes to a fixed one, which the elector serves at
-/// `/metrics/leader-app` for a PodMonitor. Unless `--no-leader-standby`, that second instance is
+/// `/metrics/leader-app` for a PodMonitor. With `standby` (unless `--no-leader-standby`, where
+/// the pods' memory was planned for two instances: `sizing::standby`), that second instance is
 /// kept started ahead in pods that do not lead, so a promotion does not wait for Node's boot
-/// (measured on Passmower: about as much memory as the leader instance, which every pod's limit
-/// must hold anyway). Passmower's container also gets `--converge-oidc-clients`: its client
+/// (measured on Passmower: about as much memory as the leader instance). Passmower's container also gets `--converge-oidc-clients`: its client
 /// operator skips a client already in Redis, so a Secret create the write fence refused at a
 /// takeover would otherwise stay missing until the OIDCClient changes. Passmower's leader
 /// instance is also probed on its own `/health` (on the metrics port, so at the moved one): the
 /// kubelet's probes reach only the serving instance. Another app's health route is not known,
 /// and a wrong one would restart a working leader until it steps down, so it gets none.
-fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
+fn on_change_flags(opts: &InjectOptions, standby: bool) -> Vec<String> {
     let mut flags = match opts.app_on_change() {
         AppOnChange::LeaderInstance => {
             let mut flags = vec![
@@ -446,7 +458,7 @@ fn on_change_flags(opts: &InjectOptions) -> Vec<String> {
                     "--leader-health-url=http://127.0.0.1:{LEADER_APP_METRICS_PORT}{APP_HEALTH_PATH}"
                 ));
             }
-            if opts.leader_standby {
+            if standby {
                 flags.push("--leader-standby".to_owned());
             }
             flags
