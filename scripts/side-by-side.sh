@@ -212,6 +212,23 @@ for fault in order:
             continue
         print(f"| {fault} | {mode} | {firsts(rs)} | {gap(rs, 'handover_ms')} | {stretch(rs)} | {released(rs)} | {thaw(rs)} |")
 print()
+# Memory per pod, from reports that carry it: every process of the pod (app, elector,
+# supervisor, sandbox), sampled about every half second from just before the fault to steady
+# again.
+if any("pod_rss_mib" in r for rs in rows.values() for r in rs):
+    print("Resident memory per pod (MiB; every process of the pod: app, elector, supervisor, sandbox),")
+    print("sampled about every half second from just before the fault to steady again: the median")
+    print("of the rounds' medians over every pod / the largest pod seen in any round.")
+    print()
+    print("| fault | " + " | ".join(modes) + " |")
+    print("|---|" + "---:|" * len(modes))
+    def memory(rs):
+        if not rs or all(num(r.get("pod_rss_mib")) is None for r in rs):
+            return "-"
+        return f"{median(rs, 'pod_rss_mib'):.0f} / {max(nums(rs, 'pod_rss_peak_mib')):.0f}"
+    for fault in order:
+        print(f"| {fault} | " + " | ".join(memory(rows.get((fault, mode))) for mode in modes) + " |")
+    print()
 print(f"Goal, checked per fault against upstream's election ({anchor}): ours has no two-writer time (no")
 print("two pods running operators, no admitted write from a non-holder, in any round) where upstream")
 print("shows any, a median gap no longer than upstream's, and no failed request on pods that stay up.")

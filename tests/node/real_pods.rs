@@ -58,16 +58,44 @@ async fn install(node: &Node) -> Install {
 
 /// What [`OperatorSampler`] saw while a fault ran.
 #[derive(Debug, Default)]
-struct OperatorSamples {
+pub(crate) struct OperatorSamples {
     /// The longest stretch (ms) in which no pod ran Passmower's operators.
-    longest_none_ms: f64,
+    pub(crate) longest_none_ms: f64,
     /// When that stretch began (the last sample with an operator) and ended (µs since the
     /// epoch; 0 when there was none).
-    longest_none_us: (i64, i64),
+    pub(crate) longest_none_us: (i64, i64),
     /// The time (ms) in which two or more pods ran Passmower's operators at once.
-    two_ms: f64,
+    pub(crate) two_ms: f64,
     /// Every (pod, PID) seen running Passmower's operators, in order of first sight.
-    leaders: Vec<(String, i32)>,
+    pub(crate) leaders: Vec<(String, i32)>,
+    /// Resident memory of each pod (KiB, the sum over every process of the pod: app, elector,
+    /// supervisor, sandbox), one value per pod about every half second.
+    pub(crate) pod_rss_kib: Vec<u64>,
+}
+
+impl OperatorSamples {
+    /// The median and the largest pod's resident memory over the samples, in MiB.
+    pub(crate) fn pod_rss_mib(&self) -> Option<(f64, f64)> {
+        let mut kib = self.pod_rss_kib.clone();
+        if kib.is_empty() {
+            return None;
+        }
+        kib.sort_unstable();
+        let median = kib[kib.len() / 2] as f64 / 1024.0;
+        let peak = kib[kib.len() - 1] as f64 / 1024.0;
+        Some((median, peak))
+    }
+}
+
+/// Resident memory (KiB) of process `pid` (`VmRSS` in /proc/PID/status); 0 once it is gone.
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Whether process `pid` is stopped (SIGSTOP: state `T` in /proc/PID/stat): a frozen process
@@ -202,7 +230,7 @@ fn pid_in_pod(pid: i32) -> Option<i32> {
 /// hides is reported, not assumed: how long the thawed pod was still seen running operators
 /// after the SIGCONT, and every write it sent (see `thawed_pod_writes`).
 #[derive(Clone, Default)]
-struct ThawWindow(std::sync::Arc<Mutex<Option<Thaw>>>);
+pub(crate) struct ThawWindow(std::sync::Arc<Mutex<Option<Thaw>>>);
 
 #[derive(Clone, Debug)]
 struct Thaw {
@@ -251,19 +279,40 @@ impl ThawWindow {
     }
 }
 
+/// Which election a pod of `install` runs, from its spec: a pod with our elector runs the
+/// install's election of ours (`ours` when the install is on Passmower's own: a pod left from
+/// before a switch), one without runs Passmower's own. While an install moves between the two
+/// (`helm upgrade` adding or removing inject) old and new pods differ.
+pub(crate) fn pod_election(pod: &Pod, install: ElectionMode) -> ElectionMode {
+    let spec = pod.spec.as_ref();
+    let has_elector = spec.is_some_and(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .chain(s.containers.iter())
+            .any(|c| c.name == passmower::ELECTOR_CONTAINER)
+    });
+    match (has_elector, install) {
+        (true, ElectionMode::OursBridge) => ElectionMode::OursBridge,
+        (true, _) => ElectionMode::Ours,
+        (false, mode) if mode.ours_decides() => ElectionMode::Upstream,
+        (false, mode) => mode,
+    }
+}
+
 /// Samples every 100 ms which pods run Passmower's operators, from the processes, not from
 /// the Lease: with our elector, the Passmower process with the real selector in its
 /// environment (read from /proc); with Passmower's own election, a live Passmower process
 /// whose log last said it acquired the operator lease; with the lease bridge, the live process
 /// that logged that line itself. A stopped (frozen) process counts as
 /// running nothing, and a continued one is left out while its [`ThawWindow`] is open.
-struct OperatorSampler {
+pub(crate) struct OperatorSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<OperatorSamples>,
 }
 
 impl OperatorSampler {
-    fn start(
+    pub(crate) fn start(
         node: &'static Node,
         install: &Install,
         client: kube::Client,
@@ -303,6 +352,13 @@ impl OperatorSampler {
                     // Every Passmower process of the pod: with a separate leader instance the
                     // leader's pod runs two, and only the leader instance has the real selector.
                     let procs = app_processes(node, p);
+                    // Memory per pod: every process in it, every fifth sample.
+                    if samples.is_multiple_of(5) {
+                        let kib: u64 = node.pod_pids(p).into_iter().map(rss_kib).sum();
+                        if kib > 0 {
+                            seen.pod_rss_kib.push(kib);
+                        }
+                    }
                     // Which process holds which Redis connection, to name the writers MONITOR
                     // shows (connections live long: every fifth sample is enough).
                     if samples % 5 == 1 {
@@ -319,7 +375,7 @@ impl OperatorSampler {
                             }
                         }
                     }
-                    let operating: Vec<i32> = match install.election {
+                    let operating: Vec<i32> = match pod_election(p, install.election) {
                         ElectionMode::Ours => procs
                             .into_iter()
                             .filter(|(_, s)| s.as_deref() == Some(install.namespace.as_str()))
@@ -389,7 +445,7 @@ impl OperatorSampler {
         OperatorSampler { stop, task }
     }
 
-    async fn finish(self) -> OperatorSamples {
+    pub(crate) async fn finish(self) -> OperatorSamples {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.task.await.unwrap_or_default()
     }
@@ -595,7 +651,7 @@ type Deletions = std::sync::Arc<Mutex<BTreeMap<String, i64>>>;
 type PodNames = std::sync::Arc<Mutex<BTreeMap<String, String>>>;
 
 /// Redis client address → (pod, PID), from the sampler.
-type RedisClients = std::sync::Arc<Mutex<redis_monitor::Clients>>;
+pub(crate) type RedisClients = std::sync::Arc<Mutex<redis_monitor::Clients>>;
 
 /// Keeps `deletions` and `names` up to date for the install's pods, every 300 ms while the API
 /// answers.
@@ -1196,7 +1252,7 @@ async fn faults_keep_one_writer_and_reconcile() {
             let ms_after_fault = |us: i64| format!("{:.0}", (us - t_fault) as f64 / 1000.0);
             let (none_from, none_to) = operator.longest_none_us;
             report(&format!(
-                "side-by-side mode={} fault={} round={round} gap_ms={} two_operators_ms={:.0} non_holder_writes={} failed_stay_up={} failed_pods={} failed_service={} lease_writes_per_min={:.1} no_operator_ms={:.0} leader_moved={} {}",
+                "side-by-side mode={} fault={} round={round} gap_ms={} two_operators_ms={:.0} non_holder_writes={} failed_stay_up={} failed_pods={} failed_service={} lease_writes_per_min={:.1} no_operator_ms={:.0} leader_moved={} {} {}",
                 install.election.name(),
                 fault.name(),
                 r.gap_ms.map_or("none".into(), |g| format!("{g:.0}")),
@@ -1208,6 +1264,9 @@ async fn faults_keep_one_writer_and_reconcile() {
                 r.lease_writes_per_min,
                 r.operator_gap_ms,
                 r.moved,
+                operator.pod_rss_mib().map_or("pod_rss_mib=none pod_rss_peak_mib=none".into(), |(median, peak)| {
+                    format!("pod_rss_mib={median:.0} pod_rss_peak_mib={peak:.0}")
+                }),
                 [
                     format!("first_writer={}", who.first_writer.as_deref().unwrap_or("none")),
                     format!("first_writer_held={}", who.first_held.map_or("none".into(), |b| b.to_string())),
