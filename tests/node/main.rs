@@ -7,6 +7,7 @@
 #[path = "../product/mod.rs"]
 mod product;
 
+mod election_move;
 mod k3s_node;
 mod node_smoke;
 mod real_pods;

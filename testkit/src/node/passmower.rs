@@ -314,94 +314,83 @@ impl Install {
         extra_env: &[(&str, &str)],
         stages: &[(&str, &str)],
     ) -> Install {
+        let release = Release {
+            replicas,
+            retrofit,
+            extra_env,
+            stages,
+        };
+        Self::install_as(node, ns, redis_db, &release, ElectionMode::from_env()).await
+    }
+
+    /// Installs `release` into the existing namespace `ns` with `election` deciding (not
+    /// `PME_ELECTION_MODE`), and waits until every replica is Ready.
+    pub async fn install_as(
+        node: &Node,
+        ns: &str,
+        redis_db: u32,
+        release: &Release<'_>,
+        election: ElectionMode,
+    ) -> Install {
         let ns = ns.to_owned();
         let generation = Generation::from_env();
-        let election = ElectionMode::from_env();
         if election != ElectionMode::Ours {
             assert!(
-                generation == Generation::V2_4 && retrofit == Retrofit::PostRenderer,
+                generation == Generation::V2_4 && release.retrofit == Retrofit::PostRenderer,
                 "PME_ELECTION_MODE={} needs PME_PASSMOWER_GENERATION=2.4 and a post-renderer install",
                 election.name()
             );
         }
-        let (sidecar, _) = node.sidecar_image();
-        let image = node.passmower_image();
         let client = node.admin_client().await;
         create_secrets(&client, &ns, redis_db).await;
         if election.upstream_alone() {
             grant_upstream_lease(&client, &ns).await;
         }
-
         let dir = node.layout.path(&format!("helm-{ns}"));
         fs::create_dir_all(&dir).expect("mkdir helm dir");
-        let (repository, tag) = image.rsplit_once(':').expect("image has a tag");
-        let chart = super::upstream_dir().join("charts/passmower");
-        let mut sets = vec![
-            format!("replicaCount={replicas}"),
-            format!("passmower.host={HOST}"),
-            // No cluster DNS here: Redis (beside the node) by address, through the chart's
-            // external-Redis option.
-            "redis.internal.enabled=false".into(),
-            "redis.external.enabled=true".into(),
-            "redis.external.secretKeyRef.name=redis".into(),
-            "redis.external.secretKeyRef.key=REDIS_URI".into(),
-            format!("image.repository={repository}"),
-            format!("image.tag={tag}"),
-            "image.pullPolicy=Never".into(),
-        ];
-        sets.extend(generation.chart_sets(&ns));
-        let mut env: Vec<(&str, &str)> = generation.required_env();
-        // A test's own value wins over the generation's (outbound e-mail on, for a login).
-        env.retain(|(k, _)| !extra_env.iter().any(|(e, _)| e == k));
-        env.extend_from_slice(extra_env);
-        let mut helm = helm(node, &dir);
-        helm.args(["install", RELEASE])
-            .arg(&chart)
-            .args(["--namespace", &ns])
-            // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
-            // npm registry (see build-node-images.sh); the oidc-keys Secret is made above.
-            .arg("--no-hooks");
-        let inject = (retrofit == Retrofit::PostRenderer && !election.upstream_alone())
-            .then_some((sidecar.as_str(), TIMINGS));
-        let exec_form;
-        let mut stages = stages.to_vec();
-        if election == ElectionMode::UpstreamSigterm {
-            exec_form = SET_COMMAND_PY.replace(
-                "@COMMAND@",
-                &serde_json::json!(EXEC_FORM_COMMAND).to_string(),
-            );
-            stages.push(("set-command.py", exec_form.as_str()));
-        }
-        if inject.is_some() || !env.is_empty() || !stages.is_empty() {
-            helm.arg("--post-renderer")
-                .arg(post_renderer(&dir, inject, election, &ns, &env, &stages));
-        }
-        for s in &sets {
-            helm.arg("--set").arg(s);
-        }
-        let out = helm.output().expect("run helm");
-        assert!(
-            out.status.success(),
-            "helm install: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let manifest = {
-            let mut get = helm_cmd(node, &dir);
-            get.args(["get", "manifest", RELEASE, "--namespace", &ns]);
-            String::from_utf8_lossy(&get.output().expect("helm get").stdout).into_owned()
-        };
+        helm_release(node, &dir, "install", &ns, generation, election, release);
         let install = Install {
+            manifest: release_manifest(node, &dir, &ns),
             namespace: ns,
             generation,
             election,
-            replicas,
+            replicas: release.replicas,
             timings: TIMINGS,
-            manifest,
         };
         install.wait_steady(node, Duration::from_secs(300)).await;
         install
+    }
+
+    /// Moves the running install to `to` with `helm upgrade`, with the post-renderer `to`
+    /// needs (none for Passmower's own election alone): what a user does who applies inject to
+    /// a running release, or removes it. Returns once helm has applied it; the rollout goes on
+    /// ([`Install::wait_steady`] waits for it).
+    pub async fn switch_election(&mut self, node: &Node, to: ElectionMode) {
+        assert!(
+            self.generation == Generation::V2_4,
+            "switching elections needs PME_PASSMOWER_GENERATION=2.4 (Passmower's own election)"
+        );
+        if to.upstream_alone() {
+            grant_upstream_lease(&node.admin_client().await, &self.namespace).await;
+        }
+        let dir = node.layout.path(&format!("helm-{}", self.namespace));
+        let release = Release {
+            replicas: self.replicas,
+            retrofit: Retrofit::PostRenderer,
+            extra_env: &[],
+            stages: &[],
+        };
+        helm_release(
+            node,
+            &dir,
+            "upgrade",
+            &self.namespace,
+            self.generation,
+            to,
+            &release,
+        );
+        self.election = to;
+        self.manifest = release_manifest(node, &dir, &self.namespace);
     }
 
     /// The ServiceAccount user Passmower's pods (and their electors) write as.
@@ -694,14 +683,110 @@ async fn grant_upstream_lease(client: &kube::Client, ns: &str) {
             ..Default::default()
         }]),
     };
-    Api::<Role>::namespaced(client.clone(), ns)
+    // Already there from an earlier install or switch of the same namespace: kept.
+    match Api::<Role>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &role)
         .await
-        .unwrap_or_else(|e| panic!("create Role {name}: {e}"));
-    Api::<RoleBinding>::namespaced(client.clone(), ns)
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create Role {name}: {e}"),
+    }
+    match Api::<RoleBinding>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &binding)
         .await
-        .unwrap_or_else(|e| panic!("create RoleBinding {name}: {e}"));
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create RoleBinding {name}: {e}"),
+    }
+}
+
+/// What a test installs besides the generation and the election: the replicas, how the
+/// elector gets in, the app container's extra environment and the test bed's stages (see
+/// [`Install::install_with_stages`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Release<'a> {
+    pub replicas: i32,
+    pub retrofit: Retrofit,
+    pub extra_env: &'a [(&'a str, &'a str)],
+    pub stages: &'a [(&'a str, &'a str)],
+}
+
+/// `helm install` or `helm upgrade` (`verb`) of the upstream chart as release [`RELEASE`] in
+/// `ns`, with the post-renderer `election` and `release` need. Panics with helm's output when
+/// it fails.
+fn helm_release(
+    node: &Node,
+    dir: &Path,
+    verb: &str,
+    ns: &str,
+    generation: Generation,
+    election: ElectionMode,
+    release: &Release<'_>,
+) {
+    let (sidecar, _) = node.sidecar_image();
+    let image = node.passmower_image();
+    let (repository, tag) = image.rsplit_once(':').expect("image has a tag");
+    let chart = super::upstream_dir().join("charts/passmower");
+    let mut sets = vec![
+        format!("replicaCount={}", release.replicas),
+        format!("passmower.host={HOST}"),
+        // No cluster DNS here: Redis (beside the node) by address, through the chart's
+        // external-Redis option.
+        "redis.internal.enabled=false".into(),
+        "redis.external.enabled=true".into(),
+        "redis.external.secretKeyRef.name=redis".into(),
+        "redis.external.secretKeyRef.key=REDIS_URI".into(),
+        format!("image.repository={repository}"),
+        format!("image.tag={tag}"),
+        "image.pullPolicy=Never".into(),
+    ];
+    sets.extend(generation.chart_sets(ns));
+    let mut env: Vec<(&str, &str)> = generation.required_env();
+    // A test's own value wins over the generation's (outbound e-mail on, for a login).
+    env.retain(|(k, _)| !release.extra_env.iter().any(|(e, _)| e == k));
+    env.extend_from_slice(release.extra_env);
+    let mut helm = helm(node, dir);
+    helm.args([verb, RELEASE])
+        .arg(&chart)
+        .args(["--namespace", ns])
+        // The pre-install hook runs @codemowers/oidc-key-manager, which is not in the
+        // npm registry (see build-node-images.sh); the oidc-keys Secret is made apart.
+        .arg("--no-hooks");
+    let inject = (release.retrofit == Retrofit::PostRenderer && !election.upstream_alone())
+        .then_some((sidecar.as_str(), TIMINGS));
+    let exec_form;
+    let mut stages = release.stages.to_vec();
+    if election == ElectionMode::UpstreamSigterm {
+        exec_form = SET_COMMAND_PY.replace(
+            "@COMMAND@",
+            &serde_json::json!(EXEC_FORM_COMMAND).to_string(),
+        );
+        stages.push(("set-command.py", exec_form.as_str()));
+    }
+    if inject.is_some() || !env.is_empty() || !stages.is_empty() {
+        helm.arg("--post-renderer")
+            .arg(post_renderer(dir, inject, election, ns, &env, &stages));
+    }
+    for s in &sets {
+        helm.arg("--set").arg(s);
+    }
+    let out = helm.output().expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {verb}: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What the post-renderer produced for the release's last revision (`helm get manifest`).
+fn release_manifest(node: &Node, dir: &Path, ns: &str) -> String {
+    let mut get = helm_cmd(node, dir);
+    get.args(["get", "manifest", RELEASE, "--namespace", ns]);
+    String::from_utf8_lossy(&get.output().expect("helm get").stdout).into_owned()
 }
 
 fn random_hex(bytes: usize) -> String {
