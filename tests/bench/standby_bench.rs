@@ -1,11 +1,14 @@
-//! Figures for `--leader-standby` on the real Passmower (printed, never asserted): promotion →
-//! first reconcile of an OIDCClient created while the pod followed, with a fresh leader
-//! instance and with a standby given the go; and the resident memory (after a 20 s idle window,
-//! in the last round) of the serving instance, a waiting standby and a leader instance. Against
-//! the real kube-apiserver and Redis. For a Passmower that elects itself (2.4: its adapter has
-//! `getLease`) the same rounds run a third time under `--on-change=lease-bridge` (one process,
-//! its own election answered from the grant). Each variant also reports the pod's memory: the
-//! RSS of every process in it (supervisor and app processes) as follower and as leader.
+//! Figures for the ways `supervise` moves the real Passmower between follower and leader
+//! (printed, never asserted): `--on-change=restart`, `leader-instance` with a fresh leader
+//! instance, with a standby given the go (`--leader-standby`), and, for a Passmower that elects
+//! itself (2.4: its adapter has `getLease`), `lease-bridge` (one process, its own election
+//! answered from the grant). Per variant: promotion → first reconcile of an OIDCClient created
+//! while the pod followed; the HTTP requests the pod failed around each promotion and demotion
+//! (`GET /.well-known/openid-configuration` every 50 ms, 1 s timeout, on the port the kubelet's
+//! Service would use: the pod stays up, so every failure is the handover's); and the resident
+//! memory (after a 20 s idle window, in the last round) of the serving instance, a waiting
+//! standby and a leader instance, and of the whole pod (supervisor and app processes) as
+//! follower and as leader. Against the real kube-apiserver and Redis.
 //!
 //! ```sh
 //! PME_PASSMOWER_APP=$(scripts/build-passmower-app.sh | tail -n1) \
@@ -62,6 +65,10 @@ fn stats(xs: &mut [f64]) -> String {
 #[derive(Default)]
 struct Figures {
     reconcile_ms: Vec<f64>,
+    /// Failed requests in each promotion's and each demotion's window, and all requests sent.
+    failed_promotion: Vec<f64>,
+    failed_demotion: Vec<f64>,
+    requests: usize,
     serving_mib: Vec<f64>,
     standby_mib: Vec<f64>,
     leader_mib: Vec<f64>,
@@ -88,9 +95,74 @@ fn pod_mib(supervisor: i64, m: &serde_json::Value) -> Option<f64> {
     pids.into_iter().map(rss_mib).sum()
 }
 
+/// `GET /.well-known/openid-configuration` on `port` every 50 ms (1 s timeout) from a thread
+/// of its own until dropped: when each request was sent and whether it got a 200.
+struct RequestLoop {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(Instant, bool)>>>,
+}
+
+impl RequestLoop {
+    fn start(port: u16) -> RequestLoop {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (flag, record) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            // Bounded: a variant's rounds take minutes.
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let sent = Instant::now();
+                let ok = (|| -> std::io::Result<bool> {
+                    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                    let mut s =
+                        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+                    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+                    s.set_write_timeout(Some(Duration::from_secs(1)))?;
+                    s.write_all(
+                        b"GET /.well-known/openid-configuration HTTP/1.1\r\nHost: passmower.example.com\r\nConnection: close\r\n\r\n",
+                    )?;
+                    let mut head = [0u8; 12];
+                    s.read_exact(&mut head)?;
+                    Ok(head.starts_with(b"HTTP/1.1 200"))
+                })()
+                .unwrap_or(false);
+                if let Ok(mut r) = record.lock() {
+                    r.push((sent, ok));
+                }
+                std::thread::sleep(Duration::from_millis(50).saturating_sub(sent.elapsed()));
+            }
+        });
+        RequestLoop { stop, seen }
+    }
+
+    /// Requests sent in `[from, to]` that failed.
+    fn failed_between(&self, from: Instant, to: Instant) -> usize {
+        self.seen.lock().map_or(0, |r| {
+            r.iter()
+                .filter(|(t, ok)| !ok && (from..=to).contains(t))
+                .count()
+        })
+    }
+
+    fn sent(&self) -> usize {
+        self.seen.lock().map_or(0, |r| r.len())
+    }
+}
+
+impl Drop for RequestLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// How the pod runs Passmower.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
+    /// `--on-change=restart`: one instance, restarted with the other environment at each
+    /// change, so its HTTP is down while it boots.
+    Restart,
     /// `--on-change=leader-instance`, the leader instance started afresh at each promotion.
     Fresh,
     /// The same with `--leader-standby`.
@@ -102,6 +174,7 @@ enum Variant {
 impl Variant {
     fn name(self) -> &'static str {
         match self {
+            Variant::Restart => "restart",
             Variant::Fresh => "fresh",
             Variant::Standby => "standby",
             Variant::Bridge => "bridge",
@@ -152,9 +225,14 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
     let elects_itself = std::fs::read_to_string(app.join("src/adapters/kubernetes.js"))
         .is_ok_and(|a| a.contains("getLease"));
     let variants: &[Variant] = if elects_itself {
-        &[Variant::Fresh, Variant::Standby, Variant::Bridge]
+        &[
+            Variant::Restart,
+            Variant::Fresh,
+            Variant::Standby,
+            Variant::Bridge,
+        ]
     } else {
-        &[Variant::Fresh, Variant::Standby]
+        &[Variant::Restart, Variant::Fresh, Variant::Standby]
     };
     for &variant in variants {
         let standby = variant == Variant::Standby;
@@ -174,25 +252,33 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             "--follower-env",
             &follower_selector,
         ];
-        if variant == Variant::Bridge {
-            wrapper.push("--on-change=lease-bridge");
-        } else {
-            wrapper.extend(["--on-change=leader-instance", "--leader-port-map=*=0"]);
+        match variant {
+            Variant::Restart => wrapper.push("--on-change=restart"),
+            Variant::Bridge => wrapper.push("--on-change=lease-bridge"),
+            Variant::Fresh | Variant::Standby => {
+                wrapper.extend(["--on-change=leader-instance", "--leader-port-map=*=0"]);
+            }
         }
         if standby {
             wrapper.push("--leader-standby");
         }
         wrapper.push("--");
         let log = dir.path().join(format!("{}.log", variant.name()));
+        // The app's HTTP port, chosen here so the request loop knows it.
+        let app_port = free_port();
+        let app_port_text = app_port.to_string();
+        let mut app_env = env.to_vec();
+        app_env.push(("PORT", app_port_text.as_str()));
         let supervisor: Killed = start_passmower_as(
             &app,
             &pod.kubeconfig,
             cluster.api_addr(),
             redis_port,
-            &env,
+            &app_env,
             &wrapper,
             &log,
         );
+        let requests = RequestLoop::start(app_port);
         let mut figures = Figures::default();
         let mut seq = 0;
         for round in 0..rounds {
@@ -219,8 +305,8 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             tokio::time::sleep(settle).await;
             let m = mode(port);
             let serving = match variant {
-                Variant::Bridge => m["child_pid"].as_i64(),
-                _ => m["serving"]["pid"].as_i64(),
+                Variant::Bridge | Variant::Restart => m["child_pid"].as_i64(),
+                Variant::Fresh | Variant::Standby => m["serving"]["pid"].as_i64(),
             };
             if let (true, Some(pid)) = (last, serving) {
                 figures.serving_mib.extend(rss_mib(pid));
@@ -269,6 +355,9 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             );
             figures.reconcile_ms.push(took.as_secs_f64() * 1e3);
             tokio::time::sleep(settle).await;
+            figures
+                .failed_promotion
+                .push(requests.failed_between(promoted, Instant::now()) as f64);
             let m = mode(port);
             if let (true, Some(pid)) = (last, m["child_pid"].as_i64()) {
                 figures.leader_mib.extend(rss_mib(pid));
@@ -280,9 +369,28 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             }
             seq += 1;
             let demotion = sb.sign(&follower(1, seq));
+            let demoted = Instant::now();
             let (status, body) = http(port, "POST", "/", &demotion.to_json()).expect("push");
             assert_eq!(status, 200, "{body}");
+            // The demotion's window: until the pod serves as a follower again, as long as a
+            // promotion's settle at the least.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let serves = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+                requests
+                    .seen
+                    .lock()
+                    .is_ok_and(|r| r.last().is_some_and(|(t, ok)| *ok && *t > demoted))
+            });
+            assert!(
+                serves,
+                "round {round}: the pod did not serve again after the demotion"
+            );
+            figures
+                .failed_demotion
+                .push(requests.failed_between(demoted, Instant::now()) as f64);
         }
+        figures.requests = requests.sent();
+        drop(requests);
         let pid = nix::unistd::Pid::from_raw(supervisor.0.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let mut supervisor = supervisor;
@@ -290,9 +398,12 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             matches!(supervisor.0.try_wait(), Ok(Some(_)))
         });
         report.push(format!(
-            "{:<8} promotion → first reconcile ms min/median/max {:>16}   RSS MiB serving {:>12}  standby {:>12}  leader instance {:>12}  pod as follower {:>12}  pod as leader {:>12}",
+            "{:<8} promotion → first reconcile ms min/median/max {:>16}   failed requests per promotion {:>8} per demotion {:>8} (of {} sent)   RSS MiB serving {:>12}  standby {:>12}  leader instance {:>12}  pod as follower {:>12}  pod as leader {:>12}",
             variant.name(),
             stats(&mut figures.reconcile_ms),
+            stats(&mut figures.failed_promotion),
+            stats(&mut figures.failed_demotion),
+            figures.requests,
             stats(&mut figures.serving_mib),
             stats(&mut figures.standby_mib),
             stats(&mut figures.leader_mib),
