@@ -203,6 +203,16 @@ def classify(row):
     return ["unclassified", "not in the rules of scripts/render-inventory.py", "-", "-"]
 
 
+def memory(data):
+    m = data.get("memory_mib")
+    if not m or m.get("leader") is None:
+        return "-"
+    followers = sorted(m.get("followers") or [])
+    span = (f"{followers[0]:.0f}" if len(followers) == 1 or round(followers[0]) == round(followers[-1])
+            else f"{followers[0]:.0f}–{followers[-1]:.0f}") if followers else "-"
+    return f"{span} / {m['leader']:.0f}"
+
+
 def load(gen):
     path = os.path.join(runs, f"inventory-{gen}.json")
     if os.path.exists(path):
@@ -235,8 +245,8 @@ inv = ["# Follower write inventory, per Passmower generation", "", header,
        "may make while serving; **boot** is a record every replica writes when it starts; **elector** is "
        "ours, not Passmower's.", ""]
 compat = ["# Passmower generations under passmower-elector", "", header,
-          "| generation | tree | supported | mode by default | a user must set | what the run showed |",
-          "|---|---|---|---|---|---|"]
+          "| generation | tree | supported | mode by default | a user must set | memory per pod, MiB: followers / leader | what the run showed |",
+          "|---|---|---|---|---|---:|---|"]
 
 for gen, folder, what in GENERATIONS:
     data, failure = load(gen)
@@ -244,7 +254,7 @@ for gen, folder, what in GENERATIONS:
     if data is None:
         reason = failure or "not run"
         inv += ["**Not inventoried**:", "", "```", reason, "```", ""]
-        compat.append(f"| {gen} | `{folder}` | not shown | - | - | {reason.splitlines()[0]} |")
+        compat.append(f"| {gen} | `{folder}` | not shown | - | - | - | {reason.splitlines()[0]} |")
         continue
     env = data["required_env"]
     # The test's own values win over the generation's (outbound e-mail on, for the sign-in).
@@ -294,9 +304,14 @@ for gen, folder, what in GENERATIONS:
              + ("; a sign-in on a follower completed (tokens, userinfo), no write refused"
                 if signed.get("token_status") == 200 and signed.get("userinfo_status") == 200
                 else f"; a sign-in on a follower did not complete ({signed.get('stopped', 'not run')})"))
-    compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {shown} |")
+    compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {memory(data)} | {shown} |")
 
-compat += ["", "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "
+compat += ["", "Memory per pod: resident memory summed over every process of the pod (the serving "
+           "instance, the waiting standby or the leader instance, the elector, the supervisor, "
+           "the sandbox), after a 20 s idle window, with the chart's defaults (no memory request, "
+           "so inject keeps the warm standby); the followers' range, then the leader's pod.",
+           "",
+           "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "
            "domain and the `oidc-keys` Secret (`OIDC_JWKS`, `OIDC_COOKIE_KEYS`). The sources of "
            "the newer generations are reconstructed (docs/results/write-inventory.md names their "
            "provenance), so this table says what those trees do, not every published image."]

@@ -87,17 +87,6 @@ impl OperatorSamples {
     }
 }
 
-/// Resident memory (KiB) of process `pid` (`VmRSS` in /proc/PID/status); 0 once it is gone.
-fn rss_kib(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-            line.split_whitespace().nth(1)?.parse().ok()
-        })
-        .unwrap_or(0)
-}
-
 /// Whether process `pid` is stopped (SIGSTOP: state `T` in /proc/PID/stat): a frozen process
 /// runs nothing until it is continued.
 fn is_stopped(pid: i32) -> bool {
@@ -354,7 +343,7 @@ impl OperatorSampler {
                     let procs = app_processes(node, p);
                     // Memory per pod: every process in it, every fifth sample.
                     if samples.is_multiple_of(5) {
-                        let kib: u64 = node.pod_pids(p).into_iter().map(rss_kib).sum();
+                        let kib = node.pod_rss_kib(p);
                         if kib > 0 {
                             seen.pod_rss_kib.push(kib);
                         }

@@ -141,6 +141,27 @@ async fn follower_write_inventory() {
         }
     }
 
+    // Memory per pod as a user runs it: every process of each pod (the app's instances, the
+    // elector, the supervisor, the sandbox), after a 20 s idle window so the heaps settle.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let leader_pod = install
+        .leader_pod(&client)
+        .await
+        .and_then(|p| p.metadata.name);
+    let (mut leader_mib, mut follower_mib) = (None, Vec::new());
+    for p in install.pods(&client).await {
+        let mib = node.pod_rss_kib(&p) as f64 / 1024.0;
+        if p.metadata.name == leader_pod {
+            leader_mib = Some(mib);
+        } else {
+            follower_mib.push(mib);
+        }
+    }
+    report(&format!(
+        "memory per pod ({}): leader {leader_mib:?} MiB, followers {follower_mib:?} MiB",
+        generation.name()
+    ));
+
     // A whole sign-in (e-mail link, tokens, userinfo) on a follower, the write fence in place.
     let login = Login {
         client_id: client_id.clone(),
@@ -285,6 +306,7 @@ async fn follower_write_inventory() {
         "sign_in": sign_in,
         "sign_in_redis_writes": sign_in_redis,
         "activity_after_sign_in": activity,
+        "memory_mib": {"leader": leader_mib, "followers": follower_mib},
     });
     let out = out_path(generation);
     std::fs::write(

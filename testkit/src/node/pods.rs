@@ -54,6 +54,17 @@ pub fn pod_ip(pod: &Pod) -> Option<String> {
     pod.status.as_ref()?.pod_ip.clone()
 }
 
+/// Resident memory (KiB) of process `pid` (`VmRSS` in /proc/PID/status); 0 once it is gone.
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 impl Node {
     /// Host PIDs of the processes of one container (its cgroup is named by its ID).
     pub fn container_pids(&self, container_id: &str) -> Vec<i32> {
@@ -64,6 +75,12 @@ impl Node {
     pub fn pod_pids(&self, pod: &Pod) -> Vec<i32> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         self.cgroups.pids_of(&format!("pod{uid}"))
+    }
+
+    /// Resident memory of a pod (KiB): `VmRSS` summed over every process of it (app, elector,
+    /// supervisor, sandbox); 0 when none is found.
+    pub fn pod_rss_kib(&self, pod: &Pod) -> u64 {
+        self.pod_pids(pod).into_iter().map(rss_kib).sum()
     }
 
     /// Sends `signal` to every process of `container` in `pod`; returns how many.
