@@ -12,7 +12,8 @@
 //! `passmower-operators` named at that instant, the one Lease both sides honour. The way in
 //! starts from upstream's image as shipped (its shell drops the kubelet's SIGTERM, so an old
 //! leader runs until its grace period ends); the way back must leave no stretch without an
-//! operator longer than that Lease's duration.
+//! operator longer than that Lease's duration. The same from and back to `fence-only`
+//! (Passmower's own election with our write fence).
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,8 @@ use crate::real_pods::{OperatorSampler, RedisClients, ThawWindow};
 
 /// What one move showed.
 struct Move {
-    name: &'static str,
+    /// `FROM-to-TO`; also the OIDCClient created at the switch.
+    name: String,
     /// `helm upgrade` to steady again (every replica replaced, Ready, a leader renewing).
     rollout: Duration,
     /// Time with two pods running operators at once (sampled).
@@ -43,12 +45,33 @@ struct Move {
     pod_rss_mib: Option<(f64, f64)>,
 }
 
+/// One test at a time on this file's node: each moves a whole install.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// Upstream's election alone (its image as shipped) → ours → upstream's election alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_install_moves_to_ours_and_back_with_one_writer_at_a_time() {
+    moves(ElectionMode::Upstream, 2).await;
+}
+
+/// Upstream's election with our write fence (`--passmower-election=fence-only`) → ours →
+/// fence-only again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_only_and_ours_trade_places_with_one_writer_at_a_time() {
+    moves(ElectionMode::FenceOnly, 3).await;
+}
+
+/// Installs Passmower 2.4 with `from` deciding (Redis database `redis_db`), moves it to ours
+/// and back to `from`, and checks both moves.
+async fn moves(from: ElectionMode, redis_db: u32) {
     let node_use = Node::of_group(module_path!()).await;
     let node = node_use.node();
+    let _serial = serial().await;
     let client = node.admin_client().await;
-    let ns = node.new_namespace("passmower").await;
+    let ns = node.new_namespace(from.name()).await;
     let release = Release {
         replicas: 3,
         retrofit: Retrofit::PostRenderer,
@@ -56,31 +79,21 @@ async fn an_install_moves_to_ours_and_back_with_one_writer_at_a_time() {
         stages: &[],
     };
     let t0 = Instant::now();
-    let mut install = Install::install_as(node, &ns, 2, &release, ElectionMode::Upstream).await;
+    let mut install = Install::install_as(node, &ns, redis_db, &release, from).await;
     report(&format!(
-        "election-move: Passmower 2.4 with its own election, as shipped: 3 Ready and a leader in {:.1}s",
+        "election-move: Passmower 2.4 installed with election {}: 3 Ready and a leader in {:.1}s",
+        from.name(),
         t0.elapsed().as_secs_f64()
     ));
-    let monitor = Monitor::start(node, &node.layout.path("election-move-redis.log"));
+    let monitor = Monitor::start(
+        node,
+        &node
+            .layout
+            .path(&format!("election-move-{}-redis.log", from.name())),
+    );
 
-    let way_in = move_to(
-        node,
-        &client,
-        &mut install,
-        &monitor,
-        ElectionMode::Ours,
-        "move-in",
-    )
-    .await;
-    let way_back = move_to(
-        node,
-        &client,
-        &mut install,
-        &monitor,
-        ElectionMode::Upstream,
-        "move-back",
-    )
-    .await;
+    let way_in = move_to(node, &client, &mut install, &monitor, ElectionMode::Ours).await;
+    let way_back = move_to(node, &client, &mut install, &monitor, from).await;
 
     let lease_duration_s = install
         .lease_spec(&client)
@@ -115,22 +128,23 @@ async fn an_install_moves_to_ours_and_back_with_one_writer_at_a_time() {
     }
     assert!(
         way_back.no_operator_ms <= (lease_duration_s as f64) * 1000.0,
-        "move-back: no pod ran operators for {:.0} ms, longer than {UPSTREAM_LEASE}'s {lease_duration_s}s",
+        "{}: no pod ran operators for {:.0} ms, longer than {UPSTREAM_LEASE}'s {lease_duration_s}s",
+        way_back.name,
         way_back.no_operator_ms
     );
 }
 
-/// Switches `install` to `to` with `helm upgrade`, creates an OIDCClient `name` at once (who
-/// runs the operators during the rollout reconciles it), and watches until steady again and a
-/// lease duration more (a takeover the rollout set off has happened by then).
+/// Switches `install` to `to` with `helm upgrade`, creates an OIDCClient at once (who runs the
+/// operators during the rollout reconciles it), and watches until steady again and a lease
+/// duration more (a takeover the rollout set off has happened by then).
 async fn move_to(
     node: &'static Node,
     client: &kube::Client,
     install: &mut Install,
     monitor: &Monitor,
     to: ElectionMode,
-    name: &'static str,
 ) -> Move {
+    let name = format!("{}-to-{}", install.election.name(), to.name());
     let sampler = OperatorSampler::start(
         node,
         install,
@@ -141,12 +155,12 @@ async fn move_to(
     let t_begin = now_us();
     let started = Instant::now();
     install.switch_election(node, to).await;
-    install.create_client(client, name).await;
+    install.create_client(client, &name).await;
     install.wait_steady(node, Duration::from_secs(600)).await;
     let rollout = started.elapsed();
     let reconciled =
         pme_testkit::wait_until_async(Duration::from_secs(240), Duration::from_millis(200), || {
-            install.client_reconciled(client, name)
+            install.client_reconciled(client, &name)
         })
         .await;
     assert!(
