@@ -68,6 +68,7 @@ async fn install_guard(client: &kube::Client, ns: &str, opt_in: WebhookOptIn<'_>
         kind: WorkloadKind::Deployment,
         name: NAME,
         webhook: Some(opt_in),
+        app_container: "passmower",
     };
     let name = guard_policy_name(ns, NAME);
     let meta = ObjectMeta {
@@ -257,6 +258,7 @@ async fn a_pod_the_webhook_would_inject_is_refused_when_it_arrives_without_the_e
         kind: WorkloadKind::Deployment,
         name: NAME,
         webhook: Some(WebhookOptIn::DEFAULT),
+        app_container: "passmower",
     };
     let objects = pod_guard(&target, "Deployment/passmower");
     assert_eq!(objects.len(), 2, "policy and binding");

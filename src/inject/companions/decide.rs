@@ -190,6 +190,7 @@ impl<'a> Companions<'a> {
                     kind: info.kind,
                     name: &info.name,
                     webhook: None,
+                    app_container: &opts.container,
                 };
                 for object in guard::replica_guard(&target, &info.describe()) {
                     generated.push(rbac::Generated {

@@ -9,7 +9,12 @@
 //! in, and none of the webhook's reasons to skip a pod holds (an opt-out, no container to
 //! wrap, markers of an earlier injection, a namespace the webhook never injects). The webhook
 //! decides the same from the pod (src/webhook/admit.rs, `not_a_target`); a test per reason
-//! holds them together. A scale to
+//! holds them together. A template whose app container runs Passmower's own election
+//! (`LEADER_ELECTION_ENABLED` set to `"true"` and to nothing else, as upstream's 2.4 chart renders
+//! it) is admitted too: Passmower 2.4 and later then elect one leader themselves, which is what
+//! removing passmower-elector from a 2.4 install returns to (the elector's `--native-lease`
+//! keeps the two elections apart while the pods roll). Older Passmower ignores that variable,
+//! and its chart never sets it. A scale to
 //! one replica is always admitted, and so is every other workload. The policy matches the
 //! workload by kind, namespace and name, and only `CREATE` and `UPDATE` of the workload
 //! itself: the `scale` subresource (`kubectl scale`, an autoscaler) carries no pod template,
@@ -76,6 +81,22 @@ pub struct GuardTarget<'a> {
     /// `Some` where the admission webhook injects the pods (the workload has no elector of
     /// its own): then an opted-in template or namespace admits more than one replica.
     pub webhook: Option<WebhookOptIn<'a>>,
+    /// The app container, whose own election (Passmower 2.4 and later) admits more than one
+    /// replica too.
+    pub app_container: &'a str,
+}
+
+/// Whether the template's container `app` runs Passmower's own election, in CEL: it sets
+/// `LEADER_ELECTION_ENABLED` to `"true"` and never to anything else (a later duplicate wins in
+/// Kubernetes; a `valueFrom` cannot be read here, so it does not count).
+fn own_election(app: &str) -> String {
+    let name = cel_string("LEADER_ELECTION_ENABLED");
+    format!(
+        "object.spec.template.spec.containers.exists(c, c.name == {app} && has(c.env) && \
+         c.env.exists(e, e.name == {name} && has(e.value) && e.value == 'true') && \
+         !c.env.exists(e, e.name == {name} && (!has(e.value) || e.value != 'true')))",
+        app = cel_string(app),
+    )
 }
 
 /// Name of the policy (and binding) that guards workload `name` of `namespace`: named by what
@@ -124,7 +145,15 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
             ),
         },
     ];
-    let mut admits = "variables.replicas <= 1 || variables.elector".to_owned();
+    // The container the webhook wraps, where it injects the pods (the chart's
+    // webhookOptIn.container either way).
+    let app = target.webhook.map_or(target.app_container, |w| w.container);
+    variables.push(Variable {
+        name: "ownElection".into(),
+        expression: own_election(app),
+    });
+    let mut admits =
+        "variables.replicas <= 1 || variables.elector || variables.ownElection".to_owned();
     let mut fix = "run it with the passmower-elector post-renderer (helm upgrade ... \
                    --post-renderer passmower-elector ...)"
         .to_owned();
@@ -480,6 +509,7 @@ mod tests {
             kind: WorkloadKind::Deployment,
             name: "passmower",
             webhook,
+            app_container: "passmower",
         }
     }
 
@@ -512,7 +542,25 @@ mod tests {
         let expression = policy["spec"]["validations"][0]["expression"]
             .as_str()
             .unwrap();
-        assert_eq!(expression, "variables.replicas <= 1 || variables.elector");
+        assert_eq!(
+            expression,
+            "variables.replicas <= 1 || variables.elector || variables.ownElection"
+        );
+        let own = policy["spec"]["variables"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"].as_str() == Some("ownElection"))
+            .and_then(|v| v["expression"].as_str())
+            .unwrap()
+            .to_owned();
+        for needle in [
+            "c.name == 'passmower'",
+            "e.name == 'LEADER_ELECTION_ENABLED' && has(e.value) && e.value == 'true'",
+            "!c.env.exists(e, e.name == 'LEADER_ELECTION_ENABLED' && (!has(e.value) || e.value != 'true'))",
+        ] {
+            assert!(own.contains(needle), "{needle}: {own}");
+        }
         let stateful = GuardTarget {
             kind: WorkloadKind::StatefulSet,
             ..target(None)
