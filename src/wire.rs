@@ -52,3 +52,10 @@ pub fn subdomain_name(parts: &[&str]) -> String {
     }
     name
 }
+
+/// Passmower's own Lease (`elect --native-lease`): the `leaseDurationSeconds` assumed when it
+/// declares none (upstream's DEFAULT_LEASE_DURATION), and the longest one honoured, so a hand
+/// edit of hours cannot keep the electors out for as long (upstream's own holder stands down
+/// after its renew deadline whatever the Lease says). The electors and `status` judge it alike.
+pub const NATIVE_LEASE_DEFAULT_DURATION: std::time::Duration = std::time::Duration::from_secs(15);
+pub const NATIVE_LEASE_MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(300);

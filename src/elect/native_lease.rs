@@ -32,10 +32,10 @@ use crate::clock::BootInstant;
 use crate::election::record;
 
 /// Upstream's `leaseDurationSeconds` when a Lease declares none (its DEFAULT_LEASE_DURATION).
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(15);
+pub const DEFAULT_DURATION: Duration = crate::wire::NATIVE_LEASE_DEFAULT_DURATION;
 /// The longest duration honoured: a hand edit of hours must not keep our election out for as
 /// long (upstream's own holder stands down after its renew deadline whatever the Lease says).
-pub const MAX_DURATION: Duration = Duration::from_secs(300);
+pub const MAX_DURATION: Duration = crate::wire::NATIVE_LEASE_MAX_DURATION;
 
 /// What upstream's Lease is, for a pod of ours about to lead.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -330,6 +330,9 @@ impl Elector {
                 self.release_pending = false;
                 self.hand_over(None).await;
             }
+            if !self.candidate.is_leader() && self.native_release_at().is_some_and(|at| now >= at) {
+                self.native_release().await;
+            }
             self.step_down_if_app_failing(now).await;
             self.check_consumer(now).await;
             if std::mem::take(&mut self.restart_watch) {
@@ -402,6 +405,7 @@ impl Elector {
                 .min(heartbeat),
             _ => heartbeat,
         };
+        let wake = self.native_release_at().map_or(wake, |at| wake.min(at));
         self.recheck_at().map_or(wake, |at| wake.min(at))
     }
 
@@ -542,13 +546,10 @@ impl Elector {
         {
             if self.native_take().await {
                 self.acquire().await;
-                let other = self
-                    .candidate
-                    .observed()
-                    .and_then(Observed::holder)
-                    .is_some_and(|h| !h.is_empty() && h != self.candidate.holder_id());
-                if !self.candidate.is_leader() && other {
-                    // Another pod of ours won: upstream's Lease must not keep naming this one.
+                if !self.candidate.is_leader() {
+                    // Another pod of ours won, or ours could not be taken (an error, a Role
+                    // that no longer grants it): upstream's Lease must not keep naming a pod
+                    // that does not lead, or upstream's election waits its whole duration.
                     self.native_release().await;
                 }
             }

@@ -280,6 +280,12 @@ impl PassmowerPod {
 
     /// [`Self::start_elector`] with `extra` flags.
     pub(crate) fn start_elector_with(&mut self, bed: &Bed, extra: &[&str]) {
+        self.start_elector_timed(bed, &pme_testkit::FAST_TIMINGS, extra);
+    }
+
+    /// [`PassmowerPod::start_elector_with`] with `timings` (the four timing flags) instead of
+    /// the fast ones.
+    pub(crate) fn start_elector_timed(&mut self, bed: &Bed, timings: &[&str], extra: &[&str]) {
         let flag = self.sandbox.flag_file().to_string_lossy().into_owned();
         let toggle = format!(
             "http://127.0.0.1:{}/grant",
@@ -295,7 +301,7 @@ impl PassmowerPod {
             "--toggle-url",
             &toggle,
         ];
-        args.extend_from_slice(&pme_testkit::FAST_TIMINGS);
+        args.extend_from_slice(timings);
         args.extend_from_slice(extra);
         let uid = pme_testkit::pods::random_uid();
         self.elector = Some(ElectorProcess::elect_in_pod(

@@ -413,3 +413,73 @@ async fn upstream_holder_in(api: &kube::Api<Lease>) -> Option<String> {
         .expect("read")
         .and_then(|l| l.spec.and_then(|s| s.holder_identity))
 }
+
+/// A leader of ours whose term ends without a hand-over (its own Lease taken from it here; a
+/// Role that no longer grants it, on the way back to `fence-only`, lapses it the same way)
+/// clears upstream's Lease once its app has stopped for sure (the kill grace and the margin),
+/// so a pod running upstream's election leads within seconds, not after that Lease's whole
+/// duration, and never beside ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_that_ends_without_a_hand_over_clears_upstreams_lease_once_the_app_has_stopped() {
+    let Some(bed) = setup().await else {
+        return;
+    };
+    let _redis = start_redis(bed.redis_port);
+    let admin = bed.cluster.admin_client().await;
+    let ns = bed.ns.name.clone();
+    let (injected, _) = containers(&ns);
+    // Upstream's durations (15 s), so that its Lease going stale cannot pass for the clear.
+    let timings = [
+        "--lease-duration",
+        "15s",
+        "--renew-deadline",
+        "10s",
+        "--retry-period",
+        "1s",
+        "--kill-grace",
+        "1s",
+    ];
+    let mut ours = PassmowerPod::start_app(&bed, "passmower-x", &injected);
+    ours.start_elector_timed(&bed, &timings, &native_flags());
+    let led = watch_one_writer(&[], &[&ours], LIMIT, || ours.leads());
+    assert!(led, "the pod of ours never led");
+    let holds = pme_testkit::wait_until_async(LIMIT, Duration::from_millis(200), || async {
+        upstream_holder(&admin, &ns).await.as_deref() == Some("passmower-x")
+    })
+    .await;
+    assert!(holds, "our leader does not hold {DEFAULT_NATIVE_LEASE}");
+    let up = UpstreamPod::start(&bed, "upstream-c");
+    let early = watch_one_writer(&[&up], &[&ours], Duration::from_secs(8), || false);
+    assert!(!early);
+    assert!(!up.log().contains(ACQUIRED), "{}", up.log());
+
+    // Our Lease is taken from under our leader (held by another, fresh, for a minute).
+    let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), &ns);
+    let mut lease = leases.get(&bed.ns.lease_name).await.expect("our Lease");
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity =
+        Some("someone-else_0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40_0a1b2c3d".into());
+    spec.lease_duration_seconds = Some(60);
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace(&bed.ns.lease_name, &Default::default(), &lease)
+        .await
+        .expect("take our Lease");
+    let taken = Instant::now();
+    let took = watch_one_writer(&[&up], &[&ours], LIMIT, || up.leads());
+    assert!(took, "upstream's pod never led:\n{}", up.log());
+    let waited = taken.elapsed();
+    eprintln!(
+        "our term ended without a hand-over; upstream's pod led {:.1}s later (its Lease declares \
+         15s; kill grace 1s, margin 1s, its tick 2s)",
+        waited.as_secs_f64()
+    );
+    assert!(
+        waited < Duration::from_secs(8),
+        "upstream's pod waited {waited:?}: {DEFAULT_NATIVE_LEASE} was left to go stale"
+    );
+    ours.terminate();
+    drop(up);
+}

@@ -39,6 +39,9 @@ impl Elector {
             }
         } else {
             self.publish_follower();
+            // A take of upstream's Lease that did not lead, or a clear still pending: nothing
+            // runs here, so it must not keep naming this pod.
+            self.native_release().await;
         }
         // The pod's last word, so `status` does not show a stopped elector as ready. Bounded:
         // the Lease is released already, and nothing else waits for this.

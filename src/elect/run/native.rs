@@ -1,6 +1,8 @@
 //! Passmower's own Lease held beside ours (`--native-lease`; the rule and why are in
 //! [`crate::elect::native_lease`]): a follower's reads, the take before an acquisition of ours,
-//! the leader's renewal before each of ours and its bound, the clear after a hand-over.
+//! the leader's renewal before each of ours and its bound, the clear after a hand-over, and the
+//! clear once the app has stopped after a term that ended without one (a lapsed grant, a lost
+//! Lease), or after a take that did not lead.
 
 use super::Elector;
 use crate::clock::BootInstant;
@@ -20,6 +22,11 @@ pub(super) struct Native {
     /// from then on this elector elects as without `--native-lease`, as it did before the
     /// flag existed, and says so, rather than never leading at all.
     forbidden: bool,
+    /// When to clear it after a term of ours that ended without a hand-over: once the app has
+    /// stopped for sure (the last leader grant's expiry, the kill grace and the margin), the
+    /// dead man's switch's bound. Left alone, upstream's election would wait for it to go
+    /// unrenewed for its whole duration.
+    release_at: Option<BootInstant>,
 }
 
 impl Native {
@@ -30,6 +37,7 @@ impl Native {
             read_at: None,
             waiting_for: None,
             forbidden: false,
+            release_at: None,
         }
     }
 
@@ -232,6 +240,7 @@ impl Elector {
         let Some(native) = self.native.as_mut() else {
             return;
         };
+        native.release_at = None;
         native.lease.forget_write();
         // A conflict means our copy was stale: read it again and clear it if it still names us.
         for _ in 0..2 {
@@ -252,5 +261,26 @@ impl Elector {
                 }
             }
         }
+    }
+
+    /// A term of ours ended without a hand-over (which clears upstream's Lease itself once the
+    /// app has acked): clear it at `at`, when the app has stopped for sure, unless this pod
+    /// leads again by then.
+    pub(super) fn native_release_after(&mut self, at: BootInstant) {
+        if let Some(native) = self.native.as_mut() {
+            native.release_at = Some(at);
+        }
+    }
+
+    /// A new term: nothing to clear.
+    pub(super) fn native_keep_held(&mut self) {
+        if let Some(native) = self.native.as_mut() {
+            native.release_at = None;
+        }
+    }
+
+    /// When a pending clear is due (see [`Native::release_at`]).
+    pub(super) fn native_release_at(&self) -> Option<BootInstant> {
+        self.native.as_ref()?.release_at
     }
 }

@@ -8,6 +8,7 @@ use crate::elect::consumer::ConsumerState;
 use crate::elect::events::{Details, Kind};
 use crate::elect::own_pod::PodState;
 use crate::election::report::{HolderReport, TermStart};
+use crate::election::timing::MIN_MARGIN;
 use crate::election::{HandoverCause, StopReason, Transition};
 use crate::grant::Order;
 
@@ -25,6 +26,7 @@ impl Elector {
                 if self.publish_leader(epoch, expiry).is_err() {
                     return;
                 }
+                self.native_keep_held();
                 tracing::info!(identity = %holder, epoch, grant_for = ?expiry.saturating_since(now),
                     cause = cause.as_str(), leaderless = ?leaderless, "became leader");
                 self.record_leading("became", epoch, now);
@@ -53,6 +55,7 @@ impl Elector {
                 if self.publish_leader(epoch, expiry).is_err() {
                     return;
                 }
+                self.native_keep_held();
                 tracing::info!(identity = %holder, %from, epoch, grant_for = ?expiry.saturating_since(now),
                     "adopted the Lease from this pod's previous elector: the term goes on and the app keeps running");
                 self.record_leading("adopted", epoch, now);
@@ -84,6 +87,19 @@ impl Elector {
                 if let Err(e) = &written {
                     tracing::error!(error = %e, "cannot write the follower flag file; the grant's own expiry still stops the consumer");
                 }
+                // Upstream's Lease still names this pod: clear it once the app has stopped for
+                // sure, as a hand-over does without an ack (a hand-over clears it sooner).
+                // Counted from the leader grant still on disk, when the follower object could
+                // not be written.
+                let stop_from = self
+                    .outputs
+                    .leader_grant_on_disk()
+                    .map_or(now, |expiry| expiry.max(now));
+                self.native_release_after(
+                    stop_from
+                        .saturating_add(self.candidate.timing().kill_grace)
+                        .saturating_add(MIN_MARGIN),
+                );
                 tracing::info!(identity = %holder, %reason, "stopped leading");
                 self.metrics.transition("stopped");
                 self.status.update(|s| {
