@@ -191,6 +191,8 @@ fn write_native_lease(out: &mut String, namespace: &str, n: &NativeLeaseView) ->
     }
     let whose = if n.held_by_leader {
         "the leader, as it should"
+    } else if n.held_by_elector && n.fresh {
+        "a pod of ours, about to lead or handing over"
     } else if n.fresh {
         "Passmower's own election: no elector contends while it renews"
     } else if n.holder.is_some() {

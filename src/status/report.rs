@@ -13,11 +13,12 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::gather::{event_time, pod_of_identity, Gathered};
+use super::gather::{elector_lease_name, event_time, pod_of_identity, Gathered};
 use crate::election::identity::HolderIdentity;
 use crate::election::report as holder_report;
 use crate::wire::{CAUSE_ANNOTATION, EPOCH_ANNOTATION, LEADERLESS_ANNOTATION};
 use crate::wire::{ELECTOR_CONTAINER, GENERATED_FOR_ANNOTATION, INSTALL_CONTAINER};
+use crate::wire::{NATIVE_LEASE_DEFAULT_DURATION, NATIVE_LEASE_MAX_DURATION};
 
 /// Handovers shown (newest first).
 pub const HANDOVERS_SHOWN: usize = 5;
@@ -104,6 +105,9 @@ pub struct NativeLeaseView {
     pub fresh: bool,
     /// Held under the pod name of the electors' leader: ours, as it should be.
     pub held_by_leader: bool,
+    /// Held by a pod that runs our elector (the leader, or a pod about to lead): not
+    /// Passmower's own election.
+    pub held_by_elector: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -255,7 +259,13 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
         verdict = why;
     }
     let native_lease = g.native.as_ref().and_then(|(name, read)| match read {
-        Ok(found) => Some(native_lease_view(name, found.as_ref(), &lease, now)),
+        Ok(found) => Some(native_lease_view(
+            name,
+            found.as_ref(),
+            &lease,
+            g.pods.as_deref().unwrap_or_default(),
+            now,
+        )),
         Err(e) => {
             unreadable.push(format!("Lease {name} (Passmower's own election): {e}"));
             None
@@ -263,6 +273,7 @@ pub fn build(g: &Gathered, now: Timestamp) -> Report {
     });
     if let Some(why) = native_lease
         .as_ref()
+        .filter(|_| !unknown)
         .and_then(|n| native_lease_verdict(n, &lease))
     {
         healthy = false;
@@ -288,6 +299,7 @@ fn native_lease_view(
     name: &str,
     l: Option<&k8s_openapi::api::coordination::v1::Lease>,
     ours: &LeaseView,
+    pods: &[Pod],
     now: Timestamp,
 ) -> NativeLeaseView {
     let Some(spec) = l.map(|l| l.spec.clone().unwrap_or_default()) else {
@@ -298,21 +310,33 @@ fn native_lease_view(
     };
     let holder = spec.holder_identity.filter(|h| !h.is_empty());
     let renewed_ago = spec.renew_time.map(|t| seconds_between(t.0, now));
-    let duration = spec.lease_duration_seconds.map(i64::from);
-    let fresh = holder.is_some()
-        && matches!((renewed_ago, duration), (Some(ago), Some(d)) if ago <= d as f64);
-    // Our leader writes upstream's Lease under its pod name, the identity upstream's election
-    // uses.
+    // Judged as the electors judge it: upstream's default when it declares none, capped.
+    let duration = spec
+        .lease_duration_seconds
+        .map_or(NATIVE_LEASE_DEFAULT_DURATION.as_secs() as i64, i64::from)
+        .clamp(0, NATIVE_LEASE_MAX_DURATION.as_secs() as i64);
+    let fresh = holder.is_some() && renewed_ago.is_some_and(|ago| ago <= duration as f64);
+    // Our electors write upstream's Lease under their pod name, the identity upstream's
+    // election uses: the leader while it leads, a pod about to lead for a moment.
     let held_by_leader =
         ours.renew_fresh && holder.is_some() && holder.as_deref() == ours.holder_pod.as_deref();
+    let held_by_elector = holder.as_deref().is_some_and(|h| {
+        pods.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(h)
+                && p.spec
+                    .as_ref()
+                    .is_some_and(|s| elector_lease_name(s).is_some())
+        })
+    });
     NativeLeaseView {
         name: name.to_owned(),
         exists: true,
         holder,
         renewed_seconds_ago: renewed_ago,
-        lease_duration_seconds: duration,
+        lease_duration_seconds: Some(duration),
         fresh,
         held_by_leader,
+        held_by_elector: held_by_leader || held_by_elector,
     }
 }
 
@@ -320,7 +344,7 @@ fn native_lease_view(
 /// leader is Passmower's own election running operators, which the electors wait for (no
 /// leader of ours) or which meets our leader (who steps down at its next renewal).
 fn native_lease_verdict(n: &NativeLeaseView, ours: &LeaseView) -> Option<String> {
-    if !n.fresh || n.held_by_leader {
+    if !n.fresh || n.held_by_elector {
         return None;
     }
     let holder = n.holder.as_deref().unwrap_or("?");

@@ -507,6 +507,29 @@ fn the_leader_holds_passmowers_lease_too_and_another_holder_is_two_elections() {
         assert!(r.verdict.contains(needle), "{needle}: {}", r.verdict);
     }
 
+    // A pod of ours that took it a moment before taking ours (or hands over): not Passmower's
+    // own election. pm-b runs our elector.
+    let mut b = pod("pm-b", UID_B, running("passmower"));
+    b.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        init_containers: Some(vec![k8s_openapi::api::core::v1::Container {
+            name: "passmower-elector".into(),
+            args: Some(vec!["elect".into(), "--lease-name=pm".into()]),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    g.pods = Ok(vec![pod("pm-a", UID_A, running("passmower")), b]);
+    g.lease = Ok(None);
+    g.native = Some(("passmower-operators".into(), Ok(Some(native("pm-b", 1)))));
+    let r = build(&g, now());
+    assert!(
+        !r.verdict.contains("Passmower's own election"),
+        "{}",
+        r.verdict
+    );
+    assert!(r.native_lease.as_ref().is_some_and(|n| n.held_by_elector));
+    g.lease = Ok(Some(lease(1, Some(true))));
+
     // Unreadable (a Role without get on it): said, and the verdict is left alone.
     g.native = Some(("passmower-operators".into(), Err("forbidden".into())));
     let r = build(&g, now());
