@@ -157,7 +157,12 @@ pub fn start_passmower_as(
     log: &Path,
 ) -> Killed {
     let (jwks, cookies) = passmower_keys();
-    let port = free_port();
+    // The app's HTTP port: the caller's `PORT` when it names one, else a free one.
+    let port = env
+        .iter()
+        .find(|(k, _)| *k == "PORT")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(free_port);
     let moved_metrics = if env.iter().any(|(k, _)| *k == "NODE_OPTIONS") {
         None
     } else {

@@ -121,7 +121,7 @@ impl RequestLoop {
                     s.set_read_timeout(Some(Duration::from_secs(1)))?;
                     s.set_write_timeout(Some(Duration::from_secs(1)))?;
                     s.write_all(
-                        b"GET /.well-known/openid-configuration HTTP/1.1\r\nHost: passmower.example.com\r\nConnection: close\r\n\r\n",
+                        b"GET /.well-known/openid-configuration HTTP/1.1\r\nHost: passmower.example.com\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n",
                     )?;
                     let mut head = [0u8; 12];
                     s.read_exact(&mut head)?;

@@ -92,8 +92,16 @@ async fn moves(from: ElectionMode, redis_db: u32) {
             .path(&format!("election-move-{}-redis.log", from.name())),
     );
 
-    let way_in = move_to(node, &client, &mut install, &monitor, ElectionMode::Ours).await;
-    let way_back = move_to(node, &client, &mut install, &monitor, from).await;
+    let way_in = move_to(
+        node,
+        &client,
+        &mut install,
+        &monitor,
+        redis_db,
+        ElectionMode::Ours,
+    )
+    .await;
+    let way_back = move_to(node, &client, &mut install, &monitor, redis_db, from).await;
 
     let lease_duration_s = install
         .lease_spec(&client)
@@ -142,6 +150,7 @@ async fn move_to(
     client: &kube::Client,
     install: &mut Install,
     monitor: &Monitor,
+    redis_db: u32,
     to: ElectionMode,
 ) -> Move {
     let name = format!("{}-to-{}", install.election.name(), to.name());
@@ -173,7 +182,12 @@ async fn move_to(
     let t_end = now_us();
 
     let api = audit::read(&node.audit_log());
-    let redis: Vec<redis_monitor::Monitored> = monitor.read();
+    // This install's database only: the node may run another install meanwhile.
+    let redis: Vec<redis_monitor::Monitored> = monitor
+        .read()
+        .into_iter()
+        .filter(|m| m.db == redis_db)
+        .collect();
     let ops = writers::operator_writes(&api, &redis, &install.user(), t_begin, t_end);
     let holders = Holders::from_writes(&api, &install.namespace, UPSTREAM_LEASE);
     let non_holder = writers::non_holder(&ops, &holders)

@@ -150,7 +150,12 @@ async fn follower_write_inventory() {
         .and_then(|p| p.metadata.name);
     let (mut leader_mib, mut follower_mib) = (None, Vec::new());
     for p in install.pods(&client).await {
-        let mib = node.pod_rss_kib(&p) as f64 / 1024.0;
+        // No process found (the pod just went): no figure rather than 0.
+        let kib = node.pod_rss_kib(&p);
+        if kib == 0 {
+            continue;
+        }
+        let mib = kib as f64 / 1024.0;
         if p.metadata.name == leader_pod {
             leader_mib = Some(mib);
         } else {
