@@ -322,6 +322,15 @@ impl PassmowerPod {
         })
     }
 
+    /// Whether this pod's operator instance is still there, stopping or not: a demotion flips
+    /// the supervisor's mode at once, while the leader instance may run on for the kill grace.
+    pub(crate) fn operator_instance_alive(&self) -> bool {
+        self.supervisor.as_ref().is_some_and(|s| {
+            let m = s.mode();
+            m["child_mode"] == "leader" && m["child_pid"].is_i64()
+        })
+    }
+
     /// A pod deletion: the app container gets SIGTERM (the supervisor stops both instances,
     /// Passmower's leader instance releases its own Lease first if it holds it), then the
     /// elector, once the app container is gone, as the kubelet stops a native sidecar.

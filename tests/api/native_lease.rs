@@ -483,3 +483,128 @@ async fn a_term_that_ends_without_a_hand_over_clears_upstreams_lease_once_the_ap
     ours.terminate();
     drop(up);
 }
+
+/// A leader of ours whose own Lease can no longer be written while upstream's still can (on
+/// the way back to `fence-only` the release deletes the elector's Role; here a policy refuses
+/// every update of our Lease) lapses and keeps retrying: each retry takes upstream's Lease and
+/// fails on ours. Upstream's Lease is cleared only once the app has stopped for sure (the
+/// grant's end, the kill grace, the margin), never at a failed retry, so upstream's election
+/// never runs operators beside ours, and still leads well before that Lease's own 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_can_no_longer_write_its_lease_lets_upstream_lead_only_after_its_app_stopped()
+{
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let Some(bed) = setup().await else {
+        return;
+    };
+    let _redis = start_redis(bed.redis_port);
+    let admin = bed.cluster.admin_client().await;
+    let ns = bed.ns.name.clone();
+    let (injected, _) = containers(&ns);
+    // A kill grace of 3 s (inject's default): a clear at a failed retry would come well inside
+    // it, while the leader instance still runs.
+    let timings = [
+        "--lease-duration",
+        "15s",
+        "--renew-deadline",
+        "5s",
+        "--retry-period",
+        "1s",
+        "--kill-grace",
+        "3s",
+    ];
+    let mut ours = PassmowerPod::start_app(&bed, "passmower-x", &injected);
+    ours.start_elector_timed(&bed, &timings, &native_flags());
+    let led = watch_one_writer(&[], &[&ours], LIMIT, || ours.leads());
+    assert!(led, "the pod of ours never led");
+    let up = UpstreamPod::start(&bed, "upstream-c");
+    let early = watch_one_writer(&[&up], &[&ours], Duration::from_secs(8), || false);
+    assert!(!early);
+
+    // Our Lease may no longer be updated; upstream's still may.
+    let name = format!("pme-refuse-our-lease-{ns}");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["leases"],
+                "resourceNames": [bed.ns.lease_name],
+            }]},
+            "validations": [{"expression": "false", "message": "our Lease is refused"}],
+        },
+    }))
+    .expect("policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": ns,
+            }}},
+        },
+    }))
+    .expect("binding");
+    kube::Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&Default::default(), &policy)
+        .await
+        .expect("create the policy");
+    kube::Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(&Default::default(), &binding)
+        .await
+        .expect("create the binding");
+    let refused_at = Instant::now();
+
+    // Ours stops: its grant lapses within the renew deadline once the policy is in force, and
+    // the supervisor demotes. Its app may run operators for up to the kill grace after that (an
+    // app slow to stop; Passmower's leader instance is gone sooner), so upstream's Lease may be
+    // cleared only after the demotion + the kill grace + the margin, whatever the retries in
+    // between do. Upstream's pod must not lead before then, nor while our operator instance is
+    // still there.
+    let mut demoted = None;
+    let t0 = Instant::now();
+    while t0.elapsed() < LIMIT && !up.leads() {
+        if !ours.leads() && demoted.is_none() {
+            demoted = Some(Instant::now());
+        }
+        assert!(
+            !ours.operator_instance_alive() || !up.leads(),
+            "upstream's pod runs operators while our operator instance is still there"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(up.leads(), "upstream's pod never led:\n{}", up.log());
+    let led = Instant::now();
+    let demoted = demoted.expect("our leader was demoted");
+    let after_demotion = led.saturating_duration_since(demoted);
+    eprintln!(
+        "our Lease refused: demoted {:.1}s later, upstream's pod led {:.1}s after the demotion \
+         (kill grace 3s, margin 1s, its tick 2s; its Lease declares 15s)",
+        demoted.saturating_duration_since(refused_at).as_secs_f64(),
+        after_demotion.as_secs_f64()
+    );
+    // The bound, less the sampling's 50 ms and the supervisor's re-read of the file.
+    assert!(
+        after_demotion >= Duration::from_millis(3500),
+        "upstream's pod led {after_demotion:?} after our demotion, before the kill grace and \
+         the margin had passed: {DEFAULT_NATIVE_LEASE} was cleared while our app could still run"
+    );
+    assert!(
+        after_demotion < Duration::from_secs(12),
+        "upstream's pod waited {after_demotion:?} after our demotion: {DEFAULT_NATIVE_LEASE} \
+         was left to go stale"
+    );
+    let dp = kube::api::DeleteParams::default();
+    let _ = kube::Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .delete(&name, &dp)
+        .await;
+    let _ = kube::Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .delete(&name, &dp)
+        .await;
+    ours.terminate();
+    drop(up);
+}

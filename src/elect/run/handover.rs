@@ -39,9 +39,9 @@ impl Elector {
             }
         } else {
             self.publish_follower();
-            // A take of upstream's Lease that did not lead, or a clear still pending: nothing
-            // runs here, so it must not keep naming this pod.
-            self.native_release().await;
+            // A take of upstream's Lease that did not lead, or a clear still pending: it must
+            // not keep naming this pod, once nothing can run here any more.
+            self.native_release_at_shutdown().await;
         }
         // The pod's last word, so `status` does not show a stopped elector as ready. Bounded:
         // the Lease is released already, and nothing else waits for this.
@@ -118,7 +118,7 @@ impl Elector {
             source => tracing::info!(?source, ?waited, "consumer acknowledged the demotion"),
         }
         self.release().await;
-        self.native_release().await;
+        self.native_release_handed_over().await;
         true
     }
 

@@ -23,10 +23,14 @@ pub(super) struct Native {
     /// flag existed, and says so, rather than never leading at all.
     forbidden: bool,
     /// When to clear it after a term of ours that ended without a hand-over: once the app has
-    /// stopped for sure (the last leader grant's expiry, the kill grace and the margin), the
-    /// dead man's switch's bound. Left alone, upstream's election would wait for it to go
-    /// unrenewed for its whole duration.
+    /// stopped for sure. Left alone, upstream's election would wait for it to go unrenewed for
+    /// its whole duration.
     release_at: Option<BootInstant>,
+    /// The earliest instant at which a clear without an ack is safe: the end of the last term
+    /// of ours (the leader grant still on disk, else the demotion) plus the kill grace and the
+    /// margin, the dead man's switch's bound. Only ever moves later; every clear but a
+    /// hand-over's (which waited for the ack or this very bound) waits for it.
+    not_before: Option<BootInstant>,
 }
 
 impl Native {
@@ -38,6 +42,7 @@ impl Native {
             waiting_for: None,
             forbidden: false,
             release_at: None,
+            not_before: None,
         }
     }
 
@@ -233,42 +238,76 @@ impl Elector {
         false
     }
 
-    /// After a hand-over (the demotion acked or its kill grace over) or an acquisition of ours
-    /// that another pod won: clears upstream's Lease if it names this pod, as upstream's own
-    /// `stop()` does, so its election may take it at its next tick.
+    /// After a hand-over (the demotion acked or its kill grace over): clears upstream's Lease if
+    /// it names this pod, as upstream's own `stop()` does, so its election may take it at its
+    /// next tick. The hand-over's own wait is the proof that the app has stopped.
+    pub(super) async fn native_release_handed_over(&mut self) {
+        self.clear_native().await;
+    }
+
+    /// Clears upstream's Lease if it names this pod, once a clear without an ack is safe (see
+    /// [`Native::not_before`]): at once when it is, else it is scheduled for then. After a take
+    /// that did not lead, and when a pending clear is due.
     pub(super) async fn native_release(&mut self) {
+        let Some(native) = self.native.as_mut() else {
+            return;
+        };
+        if let Some(bound) = native.not_before.filter(|b| BootInstant::now() < *b) {
+            native.release_at = Some(native.release_at.map_or(bound, |at| at.max(bound)));
+            return;
+        }
+        self.clear_native().await;
+    }
+
+    /// At shutdown, not leading: clears it only when that is safe now; otherwise it is left to
+    /// expire (a process that is going away cannot wait for the bound).
+    pub(super) async fn native_release_at_shutdown(&mut self) {
+        let safe = self
+            .native
+            .as_ref()
+            .is_some_and(|n| n.not_before.is_none_or(|b| BootInstant::now() >= b));
+        if safe {
+            self.clear_native().await;
+        }
+    }
+
+    async fn clear_native(&mut self) {
         let Some(native) = self.native.as_mut() else {
             return;
         };
         native.release_at = None;
         native.lease.forget_write();
-        // A conflict means our copy was stale: read it again and clear it if it still names us.
-        for _ in 0..2 {
-            let Some(desired) = native.lease.released() else {
-                return;
-            };
-            match native.api.replace(&desired).await {
-                Ok(lease) => {
-                    tracing::info!(lease = %native.api.reference(), "released Passmower's own Lease");
-                    native.lease.observe(Some(lease), BootInstant::now());
-                    return;
-                }
-                Err(LeaseApiError::Conflict) if native.read().await => {}
-                Err(e) => {
-                    tracing::warn!(lease = %native.api.reference(), error = %e,
-                        "could not release Passmower's own Lease; it expires on its own");
-                    return;
-                }
+        let Some(desired) = native.lease.released() else {
+            return;
+        };
+        match native.api.replace(&desired).await {
+            Ok(lease) => {
+                tracing::info!(lease = %native.api.reference(), "released Passmower's own Lease");
+                native.lease.observe(Some(lease), BootInstant::now());
+            }
+            // Someone wrote it since our last answer. Still naming this pod, it can only be
+            // another process under the same pod name (a recreated StatefulSet pod, an old one
+            // cut off): that hold is not ours to clear. Read it again and let it expire.
+            Err(LeaseApiError::Conflict) => {
+                native.read().await;
+                tracing::warn!(lease = %native.api.reference(),
+                    "Passmower's own Lease changed since this elector last wrote it; not \
+                     clearing it, it expires on its own");
+            }
+            Err(e) => {
+                tracing::warn!(lease = %native.api.reference(), error = %e,
+                    "could not release Passmower's own Lease; it expires on its own");
             }
         }
     }
 
-    /// A term of ours ended without a hand-over (which clears upstream's Lease itself once the
-    /// app has acked): clear it at `at`, when the app has stopped for sure, unless this pod
-    /// leads again by then.
+    /// A term of ours ended (a hand-over clears upstream's Lease itself once the app has
+    /// acked): the app has stopped for sure at `at`; clear it then unless this pod leads again
+    /// by then. Both instants only move later.
     pub(super) fn native_release_after(&mut self, at: BootInstant) {
         if let Some(native) = self.native.as_mut() {
-            native.release_at = Some(at);
+            native.not_before = Some(native.not_before.map_or(at, |b| b.max(at)));
+            native.release_at = Some(native.release_at.map_or(at, |r| r.max(at)));
         }
     }
 

@@ -89,17 +89,7 @@ impl Elector {
                 }
                 // Upstream's Lease still names this pod: clear it once the app has stopped for
                 // sure, as a hand-over does without an ack (a hand-over clears it sooner).
-                // Counted from the leader grant still on disk, when the follower object could
-                // not be written.
-                let stop_from = self
-                    .outputs
-                    .leader_grant_on_disk()
-                    .map_or(now, |expiry| expiry.max(now));
-                self.native_release_after(
-                    stop_from
-                        .saturating_add(self.candidate.timing().kill_grace)
-                        .saturating_add(MIN_MARGIN),
-                );
+                self.bound_native_clear(now);
                 tracing::info!(identity = %holder, %reason, "stopped leading");
                 self.metrics.transition("stopped");
                 self.status.update(|s| {
@@ -177,7 +167,13 @@ impl Elector {
     /// Publishes follower mode (start-up, and the fail-closed retry).
     pub(super) fn publish_follower(&mut self) -> Order {
         let status = self.status.get();
+        let leader_before = self.outputs.leader_grant_on_disk();
         let (order, written) = self.outputs.follower(&status.holder, status.epoch);
+        if leader_before.is_some() {
+            // This demotes a leader grant (one inherited from the pod's previous elector, say):
+            // upstream's Lease may be cleared only once its app has stopped for sure.
+            self.bound_native_clear(BootInstant::now());
+        }
         match written {
             Ok(()) => {
                 if !self.outputs_healthy {
@@ -193,6 +189,22 @@ impl Elector {
             }
         }
         order
+    }
+
+    /// A demotion was just written (or tried) at `now`: the app stops for sure by the leader
+    /// grant still on disk (when the follower object could not be written), else `now`, plus
+    /// the kill grace and the margin, as a hand-over without an ack counts it. Upstream's Lease
+    /// is cleared no earlier than that, unless an ack proves it sooner.
+    fn bound_native_clear(&mut self, now: BootInstant) {
+        let stop_from = self
+            .outputs
+            .leader_grant_on_disk()
+            .map_or(now, |expiry| expiry.max(now));
+        self.native_release_after(
+            stop_from
+                .saturating_add(self.candidate.timing().kill_grace)
+                .saturating_add(MIN_MARGIN),
+        );
     }
 
     pub(super) fn event(&self, kind: Kind, reason: &'static str, message: String) {
