@@ -62,13 +62,19 @@ async fn dry_create(client: &kube::Client, ns: &str, deployment: &Value) -> Resu
 
 /// Installs the guard for `passmower` in `ns` and waits (bounded) until the apiserver applies
 /// it; returns its name.
-async fn install_guard(client: &kube::Client, ns: &str, opt_in: WebhookOptIn<'_>) -> String {
+async fn install_guard(
+    client: &kube::Client,
+    ns: &str,
+    opt_in: WebhookOptIn<'_>,
+    native_lease: Option<&str>,
+) -> String {
     let target = GuardTarget {
         namespace: ns,
         kind: WorkloadKind::Deployment,
         name: NAME,
         webhook: Some(opt_in),
         app_container: "passmower",
+        native_lease,
     };
     let name = guard_policy_name(ns, NAME);
     let meta = ObjectMeta {
@@ -133,7 +139,7 @@ async fn the_guard_refuses_two_replicas_for_every_reason_the_webhook_skips_their
     let admin = cluster.admin_client().await;
     let ns = cluster.new_bare_namespace(NAME).await;
     opt_in(&admin, &ns.name).await;
-    let guard = install_guard(&admin, &ns.name, WebhookOptIn::DEFAULT).await;
+    let guard = install_guard(&admin, &ns.name, WebhookOptIn::DEFAULT, None).await;
 
     let cases: [(&str, Value); 8] = [
         ("the webhook injects it", json!({})),
@@ -212,6 +218,7 @@ async fn the_guard_refuses_two_replicas_for_every_reason_the_webhook_skips_their
             excluded_namespaces: &excluded,
             ..WebhookOptIn::DEFAULT
         },
+        None,
     )
     .await;
     // The apiserver may still apply the guard just replaced for a moment: retry (bounded).
@@ -259,6 +266,7 @@ async fn a_pod_the_webhook_would_inject_is_refused_when_it_arrives_without_the_e
         name: NAME,
         webhook: Some(WebhookOptIn::DEFAULT),
         app_container: "passmower",
+        native_lease: None,
     };
     let objects = pod_guard(&target, "Deployment/passmower");
     assert_eq!(objects.len(), 2, "policy and binding");
@@ -362,4 +370,52 @@ async fn dry_create_pod(client: &kube::Client, ns: &str, pod: &Value) -> Result<
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// Where the electors hold Passmower's own Lease (`--native-lease`, a Passmower not known to be
+/// older than 2.4), a template that keeps that election on that Lease is admitted with every
+/// replica: removing passmower-elector from a 2.4 install returns to it. Anything short of it
+/// (the election off, or on another Lease, or a duplicate that turns it off) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_keeps_passmowers_own_election_on_the_held_lease_is_admitted() {
+    let cluster = Cluster::shared();
+    let admin = cluster.admin_client().await;
+    // Not opted in: the webhook would inject nothing here.
+    let ns = cluster.new_bare_namespace(NAME).await;
+    let guard = install_guard(
+        &admin,
+        &ns.name,
+        WebhookOptIn::DEFAULT,
+        Some("passmower-operators"),
+    )
+    .await;
+    let with_env = |vars: &[(&str, &str)]| {
+        let env: Vec<Value> = vars
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": v}))
+            .collect();
+        deployment(&json!({"spec": {"containers": [{
+            "name": "passmower", "image": "ghcr.io/passmower/passmower:2.4.0", "env": env,
+        }]}}))
+    };
+    let on = ("LEADER_ELECTION_ENABLED", "true");
+    for vars in [
+        vec![on],
+        vec![on, ("LEADER_ELECTION_LEASE_NAME", "passmower-operators")],
+    ] {
+        let result = dry_create(&admin, &ns.name, &with_env(&vars)).await;
+        assert!(result.is_ok(), "{vars:?}: {result:?}");
+    }
+    for vars in [
+        vec![],
+        vec![("LEADER_ELECTION_ENABLED", "false")],
+        vec![on, ("LEADER_ELECTION_ENABLED", "false")],
+        vec![on, ("LEADER_ELECTION_LEASE_NAME", "another-lease")],
+    ] {
+        let refused = dry_create(&admin, &ns.name, &with_env(&vars))
+            .await
+            .expect_err("admitted");
+        assert!(refused.contains(GUARD_DENIAL_PREFIX), "{vars:?}: {refused}");
+    }
+    remove_guard(&admin, &guard).await;
 }

@@ -519,9 +519,15 @@ fn passmower_2_4_gets_its_own_election_turned_off() {
         output.contains("  resourceNames:\n  - passmower-operators\n  resources:\n  - leases\n  verbs:\n  - get\n  - update\n"),
         "{output}"
     );
+    // And the replica guard admits a template that runs upstream's election on that Lease (the
+    // way back): its CEL names it once.
+    assert!(
+        output.contains("e.value != 'passmower-operators'"),
+        "the guard does not name upstream's Lease: {output}"
+    );
     assert_eq!(
         output.matches("passmower-operators").count(),
-        2,
+        3,
         "upstream's Lease named elsewhere (a fence?): {output}"
     );
     assert!(output.contains("passmower-elector supervise") || deployment.contains("- supervise\n"));

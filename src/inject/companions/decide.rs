@@ -191,6 +191,7 @@ impl<'a> Companions<'a> {
                     name: &info.name,
                     webhook: None,
                     app_container: &opts.container,
+                    native_lease: info.native_lease.as_deref(),
                 };
                 for object in guard::replica_guard(&target, &info.describe()) {
                     generated.push(rbac::Generated {

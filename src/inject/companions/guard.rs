@@ -82,19 +82,36 @@ pub struct GuardTarget<'a> {
     /// its own): then an opted-in template or namespace admits more than one replica.
     pub webhook: Option<WebhookOptIn<'a>>,
     /// The app container, whose own election (Passmower 2.4 and later) admits more than one
-    /// replica too.
+    /// replica too, when [`GuardTarget::native_lease`] is set.
     pub app_container: &'a str,
+    /// The Lease of Passmower's own election that the electors hold beside theirs
+    /// (`--native-lease`; `None` for a Passmower known to be older than 2.4): a template that
+    /// runs that election on that very Lease is admitted, so removing passmower-elector returns
+    /// to it while the elector keeps the two elections apart. Without it, only the elector
+    /// admits more than one replica.
+    pub native_lease: Option<&'a str>,
 }
 
-/// Whether the template's container `app` runs Passmower's own election, in CEL: it sets
-/// `LEADER_ELECTION_ENABLED` to `"true"` and never to anything else (a later duplicate wins in
-/// Kubernetes; a `valueFrom` cannot be read here, so it does not count).
-fn own_election(app: &str) -> String {
-    let name = cel_string("LEADER_ELECTION_ENABLED");
+/// Whether the template's container `app` runs Passmower's own election on Lease `lease`, in
+/// CEL: it sets `LEADER_ELECTION_ENABLED` to `"true"` and never to anything else (a later
+/// duplicate wins in Kubernetes; a `valueFrom` cannot be read here, so it does not count), and
+/// `LEADER_ELECTION_LEASE_NAME` to nothing but `lease` (unset is upstream's default, which
+/// `lease` is then).
+fn own_election(app: &str, lease: &str) -> String {
+    let enabled = cel_string("LEADER_ELECTION_ENABLED");
+    let lease_var = cel_string("LEADER_ELECTION_LEASE_NAME");
+    let lease = cel_string(lease);
+    // Unset is upstream's default name: fine when that is the Lease, else it must be named.
+    let named = if lease == cel_string(crate::inject::native_election::DEFAULT_NATIVE_LEASE) {
+        String::new()
+    } else {
+        format!(" && c.env.exists(e, e.name == {lease_var} && has(e.value) && e.value == {lease})")
+    };
     format!(
         "object.spec.template.spec.containers.exists(c, c.name == {app} && has(c.env) && \
-         c.env.exists(e, e.name == {name} && has(e.value) && e.value == 'true') && \
-         !c.env.exists(e, e.name == {name} && (!has(e.value) || e.value != 'true')))",
+         c.env.exists(e, e.name == {enabled} && has(e.value) && e.value == 'true') && \
+         !c.env.exists(e, e.name == {enabled} && (!has(e.value) || e.value != 'true')) && \
+         !c.env.exists(e, e.name == {lease_var} && (!has(e.value) || e.value != {lease})){named})",
         app = cel_string(app),
     )
 }
@@ -145,15 +162,17 @@ pub fn guard_policy_spec(target: &GuardTarget) -> ValidatingAdmissionPolicySpec 
             ),
         },
     ];
-    // The container the webhook wraps, where it injects the pods (the chart's
-    // webhookOptIn.container either way).
-    let app = target.webhook.map_or(target.app_container, |w| w.container);
-    variables.push(Variable {
-        name: "ownElection".into(),
-        expression: own_election(app),
-    });
-    let mut admits =
-        "variables.replicas <= 1 || variables.elector || variables.ownElection".to_owned();
+    let mut admits = "variables.replicas <= 1 || variables.elector".to_owned();
+    if let Some(lease) = target.native_lease {
+        // The container the webhook wraps, where it injects the pods (the chart's
+        // webhookOptIn.container either way).
+        let app = target.webhook.map_or(target.app_container, |w| w.container);
+        variables.push(Variable {
+            name: "ownElection".into(),
+            expression: own_election(app, lease),
+        });
+        admits.push_str(" || variables.ownElection");
+    }
     let mut fix = "run it with the passmower-elector post-renderer (helm upgrade ... \
                    --post-renderer passmower-elector ...)"
         .to_owned();
@@ -510,6 +529,7 @@ mod tests {
             name: "passmower",
             webhook,
             app_container: "passmower",
+            native_lease: Some("passmower-operators"),
         }
     }
 
@@ -571,6 +591,55 @@ mod tests {
                 .and_then(|m| m.resource_rules)
                 .and_then(|r| r[0].resources.clone()),
             Some(vec!["statefulsets".to_owned()])
+        );
+    }
+
+    /// Passmower's own election admits more replicas only where the electors hold its Lease
+    /// (a Passmower not known to be older than 2.4), and only on that very Lease.
+    #[test]
+    fn own_election_admits_only_on_the_lease_the_electors_hold() {
+        let spec = |native_lease| {
+            guard_policy_spec(&GuardTarget {
+                native_lease,
+                ..target(None)
+            })
+        };
+        let older = spec(None);
+        assert_eq!(
+            older.validations.as_ref().unwrap()[0].expression,
+            "variables.replicas <= 1 || variables.elector"
+        );
+        assert!(!older
+            .variables
+            .unwrap()
+            .iter()
+            .any(|v| v.name == "ownElection"));
+        let own = |native_lease| {
+            spec(native_lease)
+                .variables
+                .unwrap()
+                .into_iter()
+                .find(|v| v.name == "ownElection")
+                .unwrap()
+                .expression
+        };
+        let default = own(Some("passmower-operators"));
+        assert!(
+            default.contains(
+                "!c.env.exists(e, e.name == 'LEADER_ELECTION_LEASE_NAME' && (!has(e.value) || \
+                 e.value != 'passmower-operators'))"
+            ),
+            "{default}"
+        );
+        assert!(!default.contains("has(e.value) && e.value == 'passmower-operators'"));
+        // Another name must be set, or upstream's election would run on its default Lease.
+        let renamed = own(Some("pm-operators"));
+        assert!(
+            renamed.contains(
+                "c.env.exists(e, e.name == 'LEADER_ELECTION_LEASE_NAME' && has(e.value) && \
+                 e.value == 'pm-operators')"
+            ),
+            "{renamed}"
         );
     }
 
