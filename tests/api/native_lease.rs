@@ -414,6 +414,48 @@ async fn upstream_holder_in(api: &kube::Api<Lease>) -> Option<String> {
         .and_then(|l| l.spec.and_then(|s| s.holder_identity))
 }
 
+/// The four timing flags with upstream's lease duration (15 s), so that its Lease going stale
+/// cannot pass for a clear, and a 1 s retry period.
+fn upstream_like_timings(
+    renew_deadline: &'static str,
+    kill_grace: &'static str,
+) -> [&'static str; 8] {
+    [
+        "--lease-duration",
+        "15s",
+        "--renew-deadline",
+        renew_deadline,
+        "--retry-period",
+        "1s",
+        "--kill-grace",
+        kill_grace,
+    ]
+}
+
+/// A pod of ours leading with `timings` and holding upstream's Lease, and a pod running
+/// upstream's election started beside it, which must not lead for 8 s.
+async fn ours_leading_upstream_waiting(
+    bed: &Bed,
+    admin: &kube::Client,
+    timings: &[&str],
+) -> (PassmowerPod, UpstreamPod) {
+    let (injected, _) = containers(&bed.ns.name);
+    let mut ours = PassmowerPod::start_app(bed, "passmower-x", &injected);
+    ours.start_elector_timed(bed, timings, &native_flags());
+    let led = watch_one_writer(&[], &[&ours], LIMIT, || ours.leads());
+    assert!(led, "the pod of ours never led");
+    let holds = pme_testkit::wait_until_async(LIMIT, Duration::from_millis(200), || async {
+        upstream_holder(admin, &bed.ns.name).await.as_deref() == Some("passmower-x")
+    })
+    .await;
+    assert!(holds, "our leader does not hold {DEFAULT_NATIVE_LEASE}");
+    let up = UpstreamPod::start(bed, "upstream-c");
+    let early = watch_one_writer(&[&up], &[&ours], Duration::from_secs(8), || false);
+    assert!(!early);
+    assert!(!up.log().contains(ACQUIRED), "{}", up.log());
+    (ours, up)
+}
+
 /// A leader of ours whose term ends without a hand-over (its own Lease taken from it here; a
 /// Role that no longer grants it, on the way back to `fence-only`, lapses it the same way)
 /// clears upstream's Lease once its app has stopped for sure (the kill grace and the margin),
@@ -427,31 +469,8 @@ async fn a_term_that_ends_without_a_hand_over_clears_upstreams_lease_once_the_ap
     let _redis = start_redis(bed.redis_port);
     let admin = bed.cluster.admin_client().await;
     let ns = bed.ns.name.clone();
-    let (injected, _) = containers(&ns);
-    // Upstream's durations (15 s), so that its Lease going stale cannot pass for the clear.
-    let timings = [
-        "--lease-duration",
-        "15s",
-        "--renew-deadline",
-        "10s",
-        "--retry-period",
-        "1s",
-        "--kill-grace",
-        "1s",
-    ];
-    let mut ours = PassmowerPod::start_app(&bed, "passmower-x", &injected);
-    ours.start_elector_timed(&bed, &timings, &native_flags());
-    let led = watch_one_writer(&[], &[&ours], LIMIT, || ours.leads());
-    assert!(led, "the pod of ours never led");
-    let holds = pme_testkit::wait_until_async(LIMIT, Duration::from_millis(200), || async {
-        upstream_holder(&admin, &ns).await.as_deref() == Some("passmower-x")
-    })
-    .await;
-    assert!(holds, "our leader does not hold {DEFAULT_NATIVE_LEASE}");
-    let up = UpstreamPod::start(&bed, "upstream-c");
-    let early = watch_one_writer(&[&up], &[&ours], Duration::from_secs(8), || false);
-    assert!(!early);
-    assert!(!up.log().contains(ACQUIRED), "{}", up.log());
+    let (mut ours, up) =
+        ours_leading_upstream_waiting(&bed, &admin, &upstream_like_timings("10s", "1s")).await;
 
     // Our Lease is taken from under our leader (held by another, fresh, for a minute).
     let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), &ns);
@@ -502,26 +521,10 @@ async fn a_leader_that_can_no_longer_write_its_lease_lets_upstream_lead_only_aft
     let _redis = start_redis(bed.redis_port);
     let admin = bed.cluster.admin_client().await;
     let ns = bed.ns.name.clone();
-    let (injected, _) = containers(&ns);
     // A kill grace of 3 s (inject's default): a clear at a failed retry would come well inside
     // it, while the leader instance still runs.
-    let timings = [
-        "--lease-duration",
-        "15s",
-        "--renew-deadline",
-        "5s",
-        "--retry-period",
-        "1s",
-        "--kill-grace",
-        "3s",
-    ];
-    let mut ours = PassmowerPod::start_app(&bed, "passmower-x", &injected);
-    ours.start_elector_timed(&bed, &timings, &native_flags());
-    let led = watch_one_writer(&[], &[&ours], LIMIT, || ours.leads());
-    assert!(led, "the pod of ours never led");
-    let up = UpstreamPod::start(&bed, "upstream-c");
-    let early = watch_one_writer(&[&up], &[&ours], Duration::from_secs(8), || false);
-    assert!(!early);
+    let (mut ours, up) =
+        ours_leading_upstream_waiting(&bed, &admin, &upstream_like_timings("5s", "3s")).await;
 
     // Our Lease may no longer be updated; upstream's still may.
     let name = format!("pme-refuse-our-lease-{ns}");

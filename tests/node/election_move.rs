@@ -45,31 +45,34 @@ struct Move {
     pod_rss_mib: Option<(f64, f64)>,
 }
 
-/// One test at a time on this file's node: each moves a whole install.
-async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    LOCK.lock().await
-}
-
 /// Upstream's election alone (its image as shipped) → ours → upstream's election alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_install_moves_to_ours_and_back_with_one_writer_at_a_time() {
-    moves(ElectionMode::Upstream, 2).await;
+    // A node of its own: the chart's CRDs belong to one release per cluster.
+    moves(
+        concat!(module_path!(), "::upstream"),
+        ElectionMode::Upstream,
+    )
+    .await;
 }
 
 /// Upstream's election with our write fence (`--passmower-election=fence-only`) → ours →
 /// fence-only again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_only_and_ours_trade_places_with_one_writer_at_a_time() {
-    moves(ElectionMode::FenceOnly, 3).await;
+    moves(
+        concat!(module_path!(), "::fence_only"),
+        ElectionMode::FenceOnly,
+    )
+    .await;
 }
 
-/// Installs Passmower 2.4 with `from` deciding (Redis database `redis_db`), moves it to ours
-/// and back to `from`, and checks both moves.
-async fn moves(from: ElectionMode, redis_db: u32) {
-    let node_use = Node::of_group(module_path!()).await;
+/// On the node of test group `group`, installs Passmower 2.4 with `from` deciding, moves it to
+/// ours and back to `from`, and checks both moves.
+async fn moves(group: &'static str, from: ElectionMode) {
+    let node_use = Node::of_group(group).await;
     let node = node_use.node();
-    let _serial = serial().await;
+    let redis_db = 2;
     let client = node.admin_client().await;
     let ns = node.new_namespace(from.name()).await;
     let release = Release {
