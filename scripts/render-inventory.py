@@ -298,9 +298,13 @@ for gen, folder, what in GENERATIONS:
     if gen == "2.4":
         mode += "; 2.4's own election off (inject sets `LEADER_ELECTION_ENABLED=false`)"
     signed = data.get("sign_in", {}).get("outcome", {})
+    # A write the apiserver refused (the write fence, RBAC) is no write: said apart.
+    refused = [w for w in op_work if "refused" in w]
+    admitted = [w for w in op_work if "refused" not in w]
     shown = ("installed, 3 Ready, client reconciled by the leader only, "
-             + (f"{len(op_work)} kind(s) of operator-work write from followers" if op_work
+             + (f"{len(admitted)} kind(s) of operator-work write from followers" if admitted
                 else "no operator-work write from followers")
+             + (f" ({len(refused)} kind(s) refused by the apiserver)" if refused else "")
              + ("; a sign-in on a follower completed (tokens, userinfo), no write refused"
                 if signed.get("token_status") == 200 and signed.get("userinfo_status") == 200
                 else f"; a sign-in on a follower did not complete ({signed.get('stopped', 'not run')})"))
