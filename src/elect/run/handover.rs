@@ -77,10 +77,7 @@ impl Elector {
         // file obeys the last leader grant there until it expires: count from that expiry, and
         // let no ack cut the wait short (see the module docs).
         let on_disk = self.outputs.leader_grant_on_disk();
-        let stop_from = on_disk.map_or(demoted_at, |expiry| expiry.max(demoted_at));
-        let deadline = stop_from
-            .saturating_add(self.candidate.timing().kill_grace)
-            .saturating_add(MIN_MARGIN);
+        let deadline = self.stopped_for_sure(demoted_at);
         if on_disk.is_some() {
             tracing::warn!(
                 wait = ?deadline.saturating_since(demoted_at),
@@ -120,6 +117,17 @@ impl Elector {
         self.release().await;
         self.native_release_handed_over().await;
         true
+    }
+
+    /// When the app has stopped for sure after a demotion written (or tried) at `demoted_at`,
+    /// with no ack: the leader grant still on disk (the follower object could not be written),
+    /// else the demotion, plus the kill grace and the margin (see `hand_over`).
+    pub(super) fn stopped_for_sure(&self, demoted_at: BootInstant) -> BootInstant {
+        self.outputs
+            .leader_grant_on_disk()
+            .map_or(demoted_at, |expiry| expiry.max(demoted_at))
+            .saturating_add(self.candidate.timing().kill_grace)
+            .saturating_add(MIN_MARGIN)
     }
 
     /// Whether a hand-over may release the Lease as we last saw it: it names us, or the

@@ -75,6 +75,11 @@ impl Native {
         Ok(())
     }
 
+    /// Until when, seen at `now`, a clear without an ack is not yet safe ([`Native::not_before`]).
+    fn unsafe_until(&self, now: BootInstant) -> Option<BootInstant> {
+        self.not_before.filter(|b| now < *b)
+    }
+
     /// A fresh read; false when it failed (nothing is concluded from an old answer).
     async fn read(&mut self) -> bool {
         let sent_at = BootInstant::now();
@@ -252,7 +257,7 @@ impl Elector {
         let Some(native) = self.native.as_mut() else {
             return;
         };
-        if let Some(bound) = native.not_before.filter(|b| BootInstant::now() < *b) {
+        if let Some(bound) = native.unsafe_until(BootInstant::now()) {
             native.release_at = Some(native.release_at.map_or(bound, |at| at.max(bound)));
             return;
         }
@@ -265,7 +270,7 @@ impl Elector {
         let safe = self
             .native
             .as_ref()
-            .is_some_and(|n| n.not_before.is_none_or(|b| BootInstant::now() >= b));
+            .is_some_and(|n| n.unsafe_until(BootInstant::now()).is_none());
         if safe {
             self.clear_native().await;
         }

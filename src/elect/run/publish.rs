@@ -8,7 +8,6 @@ use crate::elect::consumer::ConsumerState;
 use crate::elect::events::{Details, Kind};
 use crate::elect::own_pod::PodState;
 use crate::election::report::{HolderReport, TermStart};
-use crate::election::timing::MIN_MARGIN;
 use crate::election::{HandoverCause, StopReason, Transition};
 use crate::grant::Order;
 
@@ -191,20 +190,11 @@ impl Elector {
         order
     }
 
-    /// A demotion was just written (or tried) at `now`: the app stops for sure by the leader
-    /// grant still on disk (when the follower object could not be written), else `now`, plus
-    /// the kill grace and the margin, as a hand-over without an ack counts it. Upstream's Lease
-    /// is cleared no earlier than that, unless an ack proves it sooner.
+    /// A demotion was just written (or tried) at `now`: upstream's Lease is cleared no earlier
+    /// than the app has stopped for sure, as a hand-over without an ack counts it, unless an
+    /// ack proves it sooner.
     fn bound_native_clear(&mut self, now: BootInstant) {
-        let stop_from = self
-            .outputs
-            .leader_grant_on_disk()
-            .map_or(now, |expiry| expiry.max(now));
-        self.native_release_after(
-            stop_from
-                .saturating_add(self.candidate.timing().kill_grace)
-                .saturating_add(MIN_MARGIN),
-        );
+        self.native_release_after(self.stopped_for_sure(now));
     }
 
     pub(super) fn event(&self, kind: Kind, reason: &'static str, message: String) {
