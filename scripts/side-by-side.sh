@@ -8,9 +8,11 @@
 #               src/app.js): node is PID 1, gets the SIGTERM and releases the Lease on a stop
 #   fence-only  Passmower's own election plus our write fence (inject --passmower-election=fence-only)
 #   ours        inject's default: our elector and supervisor, LEADER_ELECTION_ENABLED=false
+#   ours-no-standby  ours with inject --no-leader-standby: no warm standby of the leader instance
 #   ours-bridge our elector with inject --on-change=lease-bridge: one Passmower process per pod,
-#               its own election on and made to follow our grant (not in the default list: ask
-#               for it in PME_SIDE_BY_SIDE_MODES)
+#               its own election on and made to follow our grant
+# (ours-no-standby and ours-bridge are not in the default list: ask for them in
+# PME_SIDE_BY_SIDE_MODES)
 # Each mode is one run of tests/node/real_pods.rs's faults test (PME_ELECTION_MODE) on a node of its
 # own, PME_SIDE_BY_SIDE_ROUNDS rounds per fault (default 3: the gaps of the faults that end in
 # a Lease expiry vary by a second or two from round to round, so one round decides nothing); the
@@ -21,6 +23,8 @@
 #   flock /tmp/real-pods.lock scripts/side-by-side.sh
 #   PME_SIDE_BY_SIDE_FAULTS=rollout-restart,delete-leader PME_SIDE_BY_SIDE_MODES="upstream ours" scripts/side-by-side.sh
 #   PME_SIDE_BY_SIDE_TABLE_ONLY=1 scripts/side-by-side.sh   # the table again from the last run's reports
+# Each mode's report is kept as side-by-side-MODE.txt in PME_SIDE_BY_SIDE_REPORTS (default: the
+# cargo target directory); a run for another results page keeps its reports apart with it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -38,7 +42,8 @@ if ! [[ "$rounds" =~ ^[1-9][0-9]?$ ]]; then
 fi
 target="${CARGO_TARGET_DIR:-target}"
 results="${PME_SIDE_BY_SIDE_RESULTS:-docs/results/side-by-side.md}"
-mkdir -p "$target"
+report_dir="${PME_SIDE_BY_SIDE_REPORTS:-$target}"
+mkdir -p "$report_dir"
 # The commit the run tests, read before it starts and kept beside each mode's report: a commit
 # made during a long run is not what ran.
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -46,10 +51,10 @@ status=0
 reports=()
 for mode in "${modes[@]}"; do
   case "$mode" in
-    upstream | upstream-sigterm | fence-only | ours | ours-bridge) ;;
-    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours ours-bridge)" >&2; exit 2 ;;
+    upstream | upstream-sigterm | fence-only | ours | ours-no-standby | ours-bridge) ;;
+    *) echo "side-by-side.sh: PME_SIDE_BY_SIDE_MODES: unknown mode '$mode' (allowed: upstream upstream-sigterm fence-only ours ours-no-standby ours-bridge)" >&2; exit 2 ;;
   esac
-  report="$target/side-by-side-$mode.txt"
+  report="$report_dir/side-by-side-$mode.txt"
   reports+=("$report")
   [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]] && continue
   echo "$commit" >"${report%.txt}.commit"
@@ -60,10 +65,11 @@ done
 
 mkdir -p "$(dirname "$results")"
 {
-  echo "# Side by side: Passmower 2.4's own election (as shipped, and with SIGTERM delivered), with our fence, and ours"
+  echo "# Side by side on real pods: Passmower 2.4 under $(printf '%s, ' "${modes[@]}" | sed 's/, $//')"
   echo
   results_var=""
   [[ "$results" == docs/results/side-by-side.md ]] || results_var=" PME_SIDE_BY_SIDE_RESULTS=$results"
+  [[ -z "${PME_SIDE_BY_SIDE_REPORTS:-}" ]] || results_var="$results_var PME_SIDE_BY_SIDE_REPORTS=DIR"
   tested_at="$commit"
   command="PME_SIDE_BY_SIDE_FAULTS=$faults PME_SIDE_BY_SIDE_MODES=\"${modes[*]}\" PME_SIDE_BY_SIDE_ROUNDS=$rounds$results_var scripts/side-by-side.sh"
   if [[ -n "${PME_SIDE_BY_SIDE_TABLE_ONLY:-}" ]]; then
@@ -104,7 +110,7 @@ for path in sys.argv[1:]:
             order.append(kv["fault"])
         rows.setdefault((kv["fault"], kv["mode"]), []).append(kv)
 # The modes that ran, in this order.
-modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours", "ours-bridge"] if any(mm == m for (_, mm) in rows)]
+modes = [m for m in ["upstream", "upstream-sigterm", "fence-only", "ours", "ours-no-standby", "ours-bridge"] if any(mm == m for (_, mm) in rows)]
 # The verdict's anchor: upstream's election at its best (SIGTERM delivered) when it ran.
 anchor = "upstream-sigterm" if any(m == "upstream-sigterm" for (_, m) in rows) else "upstream"
 def get(r, key):
@@ -238,8 +244,8 @@ print("half; a round that never reconciled ranks last) gives p >= 0.05 for \"our
 print("p < 0.05 it is NO, and so it is when the rounds cannot decide (fewer than two a side, or too")
 print("many splits to enumerate).")
 print()
-# One verdict table per election of ours that ran (ours, ours-bridge); "ours" when neither did.
-for mine in [m for m in ("ours", "ours-bridge") if m in modes] or ["ours"]:
+# One verdict table per election of ours that ran; "ours" when none did.
+for mine in [m for m in ("ours", "ours-no-standby", "ours-bridge") if m in modes] or ["ours"]:
     print(f"| fault | {anchor} two-writer | {mine} two-writer | {mine} median gap ≤ {anchor}'s | {mine}: failed on pods that stay up |")
     print("|---|---|---|---|---:|")
     for fault in order:
@@ -273,7 +279,7 @@ print("whose log last said \"Acquired the operator lease\"; ours-bridge: the liv
 print("that line itself), a stopped (frozen) process counting as")
 print("running nothing. Admitted non-holder writes = operator writes (codemowers.cloud but OIDCUsers,")
 print("Secrets, Pods, Jobs, Traefik middlewares; dry runs are none) the apiserver admitted from a pod")
-print("the Lease (ours and ours-bridge: passmower; upstream's: passmower-operators) did not name at that instant, from")
+print("the Lease (ours, ours-no-standby and ours-bridge: passmower; upstream's: passmower-operators) did not name at that instant, from")
 print("its audit log; Redis: writes to the operators' keys (oidc:Client:* and their oidc:Clients:*")
 print("entries but the built-in client's, oidc:OIDCUserEventHookState:*) from such a pod, from")
 print("MONITOR by client address. Gap = fault to the first operator write for an")

@@ -365,7 +365,7 @@ impl OperatorSampler {
                         }
                     }
                     let operating: Vec<i32> = match pod_election(p, install.election) {
-                        ElectionMode::Ours => procs
+                        ElectionMode::Ours | ElectionMode::OursNoStandby => procs
                             .into_iter()
                             .filter(|(_, s)| s.as_deref() == Some(install.namespace.as_str()))
                             .map(|(pid, _)| pid)

@@ -152,7 +152,7 @@ impl Generation {
 }
 
 /// Who decides which pod runs Passmower's operators, from `PME_ELECTION_MODE` (default
-/// `ours`). `upstream`, `upstream-sigterm`, `fence-only` and `ours-bridge` need generation 2.4
+/// `ours`). Every other mode needs generation 2.4
 /// (Passmower's own election) and the post-renderer; they are what the side-by-side comparison
 /// (`scripts/side-by-side.sh`) sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +178,10 @@ pub enum ElectionMode {
     /// that decides is ours; the real `NAMESPACE_SELECTOR` is set inside the process, so
     /// /proc/PID/environ never shows it and who runs the operators is read from the app's log.
     OursBridge,
+    /// `inject --no-leader-standby`: [`ElectionMode::Ours`] without the warm standby of the
+    /// leader instance (a promotion starts it cold), what inject renders for pods sized for
+    /// one instance.
+    OursNoStandby,
 }
 
 /// The app container's command in [`ElectionMode::UpstreamSigterm`]: the image's own, in exec
@@ -185,8 +189,8 @@ pub enum ElectionMode {
 pub const EXEC_FORM_COMMAND: [&str; 3] = ["node", "--no-warnings", "src/app.js"];
 
 impl ElectionMode {
-    /// `PME_ELECTION_MODE`: `ours` (or unset), `ours-bridge`, `fence-only`, `upstream` or
-    /// `upstream-sigterm`.
+    /// `PME_ELECTION_MODE`: `ours` (or unset), `ours-no-standby`, `ours-bridge`, `fence-only`,
+    /// `upstream` or `upstream-sigterm`.
     /// Panics naming the variable and the allowed values on anything else.
     pub fn from_env() -> ElectionMode {
         let v = std::env::var("PME_ELECTION_MODE").unwrap_or_default();
@@ -196,8 +200,9 @@ impl ElectionMode {
             "upstream" => ElectionMode::Upstream,
             "upstream-sigterm" => ElectionMode::UpstreamSigterm,
             "ours-bridge" => ElectionMode::OursBridge,
+            "ours-no-standby" => ElectionMode::OursNoStandby,
             _ => panic!(
-                "PME_ELECTION_MODE={v:?}: allowed values are ours, ours-bridge, fence-only, upstream and upstream-sigterm"
+                "PME_ELECTION_MODE={v:?}: allowed values are ours, ours-no-standby, ours-bridge, fence-only, upstream and upstream-sigterm"
             ),
         }
     }
@@ -209,6 +214,7 @@ impl ElectionMode {
             ElectionMode::Upstream => "upstream",
             ElectionMode::UpstreamSigterm => "upstream-sigterm",
             ElectionMode::OursBridge => "ours-bridge",
+            ElectionMode::OursNoStandby => "ours-no-standby",
         }
     }
 
@@ -221,7 +227,10 @@ impl ElectionMode {
     /// guarantees asserted): `ours`, and `ours-bridge`, where Passmower's own election runs
     /// but only follows the grant.
     pub fn ours_decides(self) -> bool {
-        matches!(self, ElectionMode::Ours | ElectionMode::OursBridge)
+        matches!(
+            self,
+            ElectionMode::Ours | ElectionMode::OursNoStandby | ElectionMode::OursBridge
+        )
     }
 
     /// Whether the install has no `inject` at all (upstream's election alone).
@@ -233,7 +242,7 @@ impl ElectionMode {
     /// default) or Passmower's own (`passmower-operators`, its default).
     pub fn lease_name(self) -> &'static str {
         match self {
-            ElectionMode::Ours | ElectionMode::OursBridge => NAME,
+            ElectionMode::Ours | ElectionMode::OursNoStandby | ElectionMode::OursBridge => NAME,
             ElectionMode::FenceOnly | ElectionMode::Upstream | ElectionMode::UpstreamSigterm => {
                 UPSTREAM_LEASE
             }
@@ -849,6 +858,7 @@ fn post_renderer(
             match election {
                 ElectionMode::FenceOnly => " --passmower-election=fence-only",
                 ElectionMode::OursBridge => " --on-change=lease-bridge",
+                ElectionMode::OursNoStandby => " --no-leader-standby",
                 _ => "",
             },
         ));
