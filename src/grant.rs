@@ -176,29 +176,21 @@ impl Grant {
         expires: BootInstant,
     ) -> Self {
         Grant {
-            mode: Mode::Leader,
-            holder: holder.to_owned(),
-            epoch,
-            incarnation: order.incarnation,
-            seq: order.seq,
-            lease: lease.to_owned(),
             expires_boottime_ns: expires.as_nanos(),
-            renew_deadline_ns: 0,
-            kill_grace_ns: 0,
-            leader_start_failures: 0,
-            leader_starts: 0,
-            leader_crashes: 0,
-            leader_unhealthy: 0,
-            leader_probe_failures: 0,
             expires_at: Some(clock::rfc3339_of(expires)),
-            mac: None,
+            ..Grant::unsigned(Mode::Leader, holder, epoch, order, lease)
         }
     }
 
     /// A follower object; `holder` is whoever leads now, as far as the elector knows.
     pub fn follower(holder: &str, epoch: u64, order: Order, lease: &str) -> Self {
+        Grant::unsigned(Mode::Follower, holder, epoch, order, lease)
+    }
+
+    /// An object of `mode` with no expiry, no announced timings, no counters and no MAC yet.
+    fn unsigned(mode: Mode, holder: &str, epoch: u64, order: Order, lease: &str) -> Self {
         Grant {
-            mode: Mode::Follower,
+            mode,
             holder: holder.to_owned(),
             epoch,
             incarnation: order.incarnation,
