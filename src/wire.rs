@@ -2,8 +2,13 @@
 //! the containers `inject` adds and `status` looks for, the annotations `inject` puts on
 //! workloads and the elector on its Events, what the webhook reads and never injects (which the
 //! guards share), the component of those Events, and the write fence's name and the first
-//! words of its refusals. `inject`, `elect`, `status` and `webhook` take them from here, so no
-//! role imports another for a name.
+//! words of its refusals, and the app's namespace variable. Every role takes them from here, so
+//! no role imports another for a name.
+
+/// The environment variable that tells Passmower which namespaces its operators reconcile:
+/// `inject` writes its leader and follower values into `supervise`'s flags, and `supervise`
+/// refuses a follower value that would reconcile anything.
+pub const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
 
 /// The elector sidecar's container name.
 pub const ELECTOR_CONTAINER: &str = "passmower-elector";

@@ -55,6 +55,7 @@
 //! and acks in `grant/`, one process group's life in `process/`, and what the leader-instance
 //! mode needs in `leader_instance/` (docs/design/layout.md has the rest).
 
+mod args;
 mod grant;
 mod leader_instance;
 mod lease_bridge;
@@ -72,8 +73,8 @@ use std::process::ExitCode;
 
 use tokio::sync::{mpsc, watch};
 
+pub use args::SuperviseArgs;
 use grant::{follow, toggle, trust};
-pub use options::SuperviseArgs;
 use process::child;
 use supervisor::Supervisor;
 

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_norway::{Mapping, Value};
 
 use crate::inject::error::InjectError;
+use crate::inject::kube_version::KubeVersion;
 use crate::inject::names::{
     WorkloadKind, APP_HEALTH_PATH, APP_METRICS_PORT, BIN_DIR, BIN_VOLUME, DEFAULT_CONTAINER,
     DRAIN_SECONDS, ELECTOR_CONTAINER, FLAG_DIR, FLAG_VOLUME, IMAGE_BINARY, INJECTED_ANNOTATION,
@@ -23,12 +24,12 @@ use crate::inject::names::{
     PASSMOWER_APP_COMMAND, PROBE_PORT_NAME, SIDECAR_UID, VERSION, WARNINGS_ANNOTATION,
 };
 use crate::inject::native_election::{self, PassmowerElection};
-use crate::inject::options::{AppOnChange, InjectOptions, KubeVersion};
+use crate::inject::options::{AppOnChange, InjectOptions};
 use crate::inject::pod_spec::identity::AppIdentity;
 use crate::inject::target::{PodSite, Target};
 use crate::inject::value::{append, child_mapping, str_at, to_value};
+use crate::wire::SELECTOR_VAR;
 
-const SELECTOR_VAR: &str = "NAMESPACE_SELECTOR";
 /// Passmower's interval of its Redis client sweep, in milliseconds; 0 turns it off.
 const SWEEP_VAR: &str = "RECONCILE_INTERVAL_MS";
 /// Kubernetes' default when a pod spec sets none.
