@@ -6,9 +6,11 @@
 //! headed by comments that repeat the warnings of their rewrite, because Helm shows neither a
 //! post-renderer's stderr nor anything but the manifests.
 
+mod args;
 mod companions;
 mod error;
 mod failure;
+mod kube_version;
 mod kustomize;
 mod names;
 pub mod native_election;
@@ -27,11 +29,13 @@ use std::process::ExitCode;
 
 use crate::config::{self, ConfigError};
 pub use crate::config::{is_dns1123_label, is_dns1123_subdomain};
+pub use args::{InjectArgs, SidecarArgs, LONG_ABOUT};
 pub use companions::rbac::{
     deny_policy_name, elector_lease_rules, elector_rules, native_lease_rules,
 };
 pub use error::InjectError;
 pub use failure::failure_manifest;
+pub use kube_version::KubeVersion;
 pub use kustomize::{strategic_patch, Component};
 pub use names::{
     WorkloadKind, DEFAULT_CONTAINER, DEFAULT_IDLE_NAMESPACE, ELECTOR_CONTAINER,
@@ -41,8 +45,7 @@ pub use names::{
 pub use native_election::PassmowerElection;
 pub use options::{
     check_idle_namespace, check_leader_selector, image_howto, parse_app_command, AppOnChange,
-    InjectArgs, InjectOptions, KubeVersion, OnError, SidecarArgs, LEASE_BRIDGE_MIN_KILL_GRACE,
-    LONG_ABOUT, PROJECT_IMAGE_REPOSITORY,
+    InjectOptions, OnError, LEASE_BRIDGE_MIN_KILL_GRACE, PROJECT_IMAGE_REPOSITORY,
 };
 pub use pod_spec::pod::{describe_pod, inject_pod, not_a_target, PodOutcome};
 pub use run::{compatible, inject, inject_str, Injected, Rewrite};

@@ -31,11 +31,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_norway::Value;
 
+use crate::inject::kube_version::KubeVersion;
 use crate::inject::names::{
     subdomain_name, WorkloadKind, BIN_VOLUME, ELECTOR_CONTAINER, FLAG_VOLUME,
     GENERATED_FOR_ANNOTATION, INJECTED_ANNOTATION, INSTALL_CONTAINER,
 };
-use crate::inject::options::{InjectOptions, KubeVersion};
+use crate::inject::options::InjectOptions;
 use crate::inject::value::to_value;
 use crate::wire::{CONTAINER_ANNOTATION, NEVER_NAMESPACES};
 
