@@ -22,6 +22,7 @@ mod inject_kustomize;
 mod inject_lease_bridge;
 mod inject_native_election;
 mod inject_standby;
+mod module_graph;
 mod release;
 mod sidecar_image;
 mod supervise_config;
