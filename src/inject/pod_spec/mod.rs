@@ -5,6 +5,7 @@
 pub mod identity;
 pub mod pod;
 pub mod pull_secrets;
+pub mod sidecar;
 pub mod sizing;
 pub mod strategy;
 pub mod workload;

@@ -1,6 +1,8 @@
 //! The tests of the pod-spec rewrite, the sidecars' identity included: what `pod_spec/identity.rs`
 //! decides is seen in the containers and flags the rewrite writes, so it is tested here.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::SecurityContext;
 
 use super::*;
