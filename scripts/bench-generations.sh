@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# The handover on the real Passmower, per generation: for each generation in
-# PME_PASSMOWER_GENERATIONS (default "1.3 2.2 2.4"; trees from scripts/lib/generations.sh) it
-# npm-installs that tree (scripts/build-passmower-app.sh, cached) and runs
-# scripts/handover-bench.py on it: three processes-as-pods, each running `elect` and
-# `supervise --on-change=leader-instance` (inject's default for Passmower) around that
-# generation's Passmower, against a real kube-apiserver + etcd and Redis; the leader's elector
-# is stopped gracefully PME_BENCH_GENERATION_HANDOVERS times (default 3). It writes
-# docs/results/generations.md (generated: command, date, machine; never edit it): per
-# generation, the gap from the stop to a leader app running in another pod and to the first
-# reconcile of an OIDCClient created right after the stop, failed requests on the pods (which
-# all stay up), the self-client's Redis writes and the safety check (never two leader apps, no
-# app write outside its pod's leader time). About 2 minutes per generation once built; bounded
-# (every wait in handover-bench.py has a limit).
+# How supervise moves the real Passmower between follower and leader, per generation: for each
+# generation in PME_PASSMOWER_GENERATIONS (default "1.3 2.2 2.4"; trees from
+# scripts/lib/generations.sh) it npm-installs that tree (scripts/build-passmower-app.sh, cached)
+# and runs the standby benchmark (tests/bench/standby_bench.rs, release build) on it: one
+# `supervise` around that generation's Passmower against a real kube-apiserver + etcd and
+# Redis, pushed a leader grant and a follower grant PME_BENCH_GENERATION_ROUNDS times (default
+# 5) per way of switching: `--on-change=restart`, `leader-instance` started afresh, with the
+# warm standby, and, for a Passmower that elects itself (2.4), `lease-bridge`. It writes
+# docs/results/generations.md (generated: command, date, machine; never edit it): per generation
+# and way, promotion → first reconcile of an OIDCClient created while the pod followed, the
+# HTTP requests the pod failed around each promotion and demotion (it stays up: every failure is
+# the switch's), and the resident memory of each instance and of the pod. About 5 minutes per
+# generation once built; bounded (every wait in the benchmark has a limit).
 #
 #   scripts/bench-generations.sh                          # root
-#   PME_PASSMOWER_GENERATIONS=2.4 PME_BENCH_GENERATION_HANDOVERS=1 \
+#   PME_PASSMOWER_GENERATIONS=2.4 PME_BENCH_GENERATION_ROUNDS=2 \
 #     PME_BENCH_GENERATION_OUT=/tmp/gen.md scripts/bench-generations.sh   # a quick look
 #   PME_BENCH_GENERATION_RENDER_ONLY=1 scripts/bench-generations.sh    # the file again from the last runs
 set -euo pipefail
@@ -24,8 +24,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 generations_text="$(generation_list "${PME_PASSMOWER_GENERATIONS:-}" "bench-generations.sh: PME_PASSMOWER_GENERATIONS")" || exit 2
 mapfile -t generations <<<"$generations_text"
-handovers="${PME_BENCH_GENERATION_HANDOVERS:-3}"
-[[ "$handovers" =~ ^[1-9][0-9]?$ ]] || { echo "bench-generations.sh: PME_BENCH_GENERATION_HANDOVERS must be 1 to 99, not '$handovers'" >&2; exit 2; }
+rounds="${PME_BENCH_GENERATION_ROUNDS:-5}"
+[[ "$rounds" =~ ^[1-9][0-9]?$ ]] || { echo "bench-generations.sh: PME_BENCH_GENERATION_ROUNDS must be 1 to 99, not '$rounds'" >&2; exit 2; }
 results="${PME_BENCH_GENERATION_OUT:-docs/results/generations.md}"
 target="${CARGO_TARGET_DIR:-target}"
 runs="$target/bench-generations"
@@ -33,15 +33,13 @@ mkdir -p "$runs"
 runs="$(cd "$runs" && pwd)"
 
 render_only="${PME_BENCH_GENERATION_RENDER_ONLY:-}"
-[[ -n "$render_only" ]] || export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(scripts/build-test-cluster.sh | tail -n 1)}"
-# PME_BENCH_ELECTOR: a passmower-elector binary to use instead of this tree's release build.
-binary="${PME_BENCH_ELECTOR:-}"
-if [[ -z "$binary" && -z "$render_only" ]]; then
-  cargo build --release --locked --bin passmower-elector
-  binary="$(cd "$target" && pwd)/release/passmower-elector"
+if [[ -z "$render_only" ]]; then
+  export PME_CONTROL_PLANE="${PME_CONTROL_PLANE:-$(scripts/build-test-cluster.sh | tail -n 1)}"
+  # Built before the first generation's time limit starts (the release profile links slowly).
+  cargo test --release --locked --test bench --no-run
 fi
 
-# The machine is shared: its load average before and after goes into the results.
+# The machine may be shared: its load average before and after goes into the results.
 # The commit the run tests, read before it starts: a commit made during a long run is not what ran.
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -52,11 +50,13 @@ for gen in "${generations[@]}"; do
   app="$(PME_UPSTREAM="$upstream" scripts/build-passmower-app.sh | tail -n 1)"
   rm -f "$runs/$gen.json"
   echo "=== Passmower $gen ($upstream)"
+  # Release: the supervisor's own memory is part of the pod's figure, and users run a release.
   PME_PASSMOWER_GENERATION="$gen" PME_UPSTREAM="$upstream" PME_PASSMOWER_APP="$app" \
-    timeout 900 python3 scripts/handover-bench.py --binary "$binary" --modes leader-instance \
-    --handovers "$handovers" --no-rollout --json "$runs/$gen.json" >"$runs/$gen.log" 2>&1 || {
+    PME_STANDBY_BENCH_ROUNDS="$rounds" PME_STANDBY_BENCH_OUT="$runs/$gen.json" \
+    timeout 1800 cargo test --release --locked --test bench -- standby_bench:: --ignored \
+    --nocapture >"$runs/$gen.log" 2>&1 || {
     status=$?
-    echo "Passmower $gen: handover-bench.py failed ($status); last lines of $runs/$gen.log:" >&2
+    echo "Passmower $gen: the standby benchmark failed ($status); last lines of $runs/$gen.log:" >&2
     tail -n 15 "$runs/$gen.log" >&2
   }
 done
@@ -68,82 +68,100 @@ if [[ -z "$render_only" ]]; then
     printf 'GEN_LOAD=%q\n' "$load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
     printf 'GEN_STATUS=%q\n' "$status"
     printf 'GEN_REV=%q\n' "$commit"
+    printf 'GEN_MACHINE=%q\n' "$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr), Node.js $(node --version)"
+    printf 'GEN_COMMAND=%q\n' "PME_PASSMOWER_GENERATIONS=\"${generations[*]}\" PME_BENCH_GENERATION_ROUNDS=$rounds scripts/bench-generations.sh"
   } >"$runs/run.env"
 fi
-GEN_DATE=unknown GEN_LOAD=unknown GEN_STATUS=unknown GEN_REV=unknown
+GEN_DATE=unknown GEN_LOAD=unknown GEN_STATUS=unknown GEN_REV=unknown GEN_MACHINE=unknown GEN_COMMAND=unknown
 # shellcheck disable=SC1091
 [[ ! -f "$runs/run.env" ]] || . "$runs/run.env"
-export GEN_DATE GEN_LOAD GEN_STATUS GEN_REV
-export GEN_MACHINE="$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr), Node.js $(node --version)"
-export GEN_COMMAND="PME_PASSMOWER_GENERATIONS=\"${generations[*]}\" PME_BENCH_GENERATION_HANDOVERS=$handovers${PME_BENCH_ELECTOR:+ PME_BENCH_ELECTOR=$PME_BENCH_ELECTOR} scripts/bench-generations.sh"
+export GEN_DATE GEN_LOAD GEN_STATUS GEN_REV GEN_MACHINE GEN_COMMAND
 mkdir -p "$(dirname "$results")"
-python3 - "$runs" "${generations[@]}" >"$results" <<'PY'
+# Written whole or not at all: a renderer that fails leaves the last page as it was.
+trees=()
+for gen in "${generations[@]}"; do trees+=("$gen=$(generation_tree "$gen")"); done
+python3 - "$runs" "${trees[@]}" >"$results.tmp" <<'PY'
 import json, os, statistics, sys
 
-runs, gens = sys.argv[1], sys.argv[2:]
+runs = sys.argv[1]
+trees = dict(a.split("=", 1) for a in sys.argv[2:])
+gens = list(trees)
 env = os.environ
+WAYS = {
+    "restart": "`restart`: one instance, restarted at each change",
+    "fresh": "`leader-instance`, started afresh",
+    "standby": "`leader-instance` with `--leader-standby`",
+    "bridge": "`lease-bridge`: one process, its own election following the grant",
+}
 
 
 def mmm(values):
-    values = sorted(v for v in values if v is not None)
+    values = sorted(values)
     if not values:
         return "-"
-    return f"{values[0] * 1000:.0f} / {statistics.median(values) * 1000:.0f} / {values[-1] * 1000:.0f}"
+    return f"{values[0]:.0f} / {statistics.median(values):.0f} / {values[-1]:.0f}"
 
 
-def ended(hs):
-    """How the old leader apps ended, counted: `killed by SIGTERM ×3`."""
-    counts = {}
-    for h in hs:
-        e = h.get("old_leader_app_ended") or "unknown"
-        counts[e] = counts.get(e, 0) + 1
-    return ", ".join(f"{e} ×{n}" for e, n in counts.items()) or "-"
+def one(values):
+    # Memory is sampled once, in the last round.
+    return f"{statistics.median(values):.0f}" if values else "-"
 
 
-print("# Handover on the real Passmower, per generation")
+def failed(f):
+    return f"{sum(f['failed_promotion']):.0f} / {sum(f['failed_demotion']):.0f} of {f['requests']}"
+
+
+docs = {}
+for gen in gens:
+    try:
+        docs[gen] = json.load(open(os.path.join(runs, f"{gen}.json")))
+    except (OSError, ValueError):
+        docs[gen] = None
+
+print("# Follower and leader on the real Passmower, per generation")
 print()
 print(f"Generated by `{env['GEN_COMMAND']}` on {env['GEN_DATE']} (status {env['GEN_STATUS']}; do not")
 print(f"edit, run it again). Machine: {env['GEN_MACHINE']}; load average {env.get('GEN_LOAD', '?')};")
-print(f"passmower-elector {env['GEN_REV']}.")
-print("What it runs: [testing.md](../testing.md#handover-on-the-real-passmower).")
+print(f"passmower-elector {env['GEN_REV']} (release build).")
+print("What it runs: [testing.md](../testing.md#follower-and-leader-on-the-real-passmower).")
 print()
-print("| generation | handovers | stop → leader app running in another pod (ms, min / median / max) | stop → first reconcile of a new OIDCClient (ms) | the old leader app ended | failed requests on the pods (all stay up) | self-client Redis writes per handover | two leader apps / app writes outside leader time |")
-print("|---|---:|---:|---:|---|---:|---:|---:|")
+print("| generation | way of switching | rounds | promotion → first reconcile, ms (min / median / max) | failed requests, all rounds: promotions / demotions of sent | RSS MiB: pod as follower | pod as leader | serving instance | waiting standby | leader instance |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for gen in gens:
-    try:
-        doc = json.load(open(os.path.join(runs, f"{gen}.json")))[0]
-    except (OSError, ValueError, IndexError):
-        print(f"| {gen} | failed: see below | | | | | | |")
+    doc = docs[gen]
+    if doc is None:
+        print(f"| {gen} | failed: see its log below | | | | | | | | |")
         continue
-    hs = doc.get("handovers", [])
-    failed = sum(f for h in hs for f, _ in h["failed"].values())
-    sent = sum(n for h in hs for _, n in h["failed"].values())
-    sets = [h["self_client_sets"] for h in hs]
-    safety = doc.get("safety", {})
-    print(f"| {gen} (`{os.path.basename(doc['upstream'])}`) | {len(hs)} | {mmm(h.get('leader_app_s') for h in hs)} "
-          f"| {mmm(h['gap_s'] for h in hs)} | {ended(hs)} | {failed} of {sent} | {statistics.mean(sets) if sets else 0:.1f} "
-          f"| {safety.get('two_leaders', '-')} / {safety.get('writes_outside_leader_time', '-')} |")
+    for v in doc["variants"]:
+        f = v["figures"]
+        print(f"| {gen} (`{trees[gen]}`) | {WAYS.get(v['variant'], v['variant'])} | {len(f['reconcile_ms'])} "
+              f"| {mmm(f['reconcile_ms'])} | {failed(f)} | {one(f['pod_follower_mib'])} | {one(f['pod_leader_mib'])} "
+              f"| {one(f['serving_mib'])} | {one(f['standby_mib'])} | {one(f['leader_mib'])} |")
 print()
-print("Each handover: the leader's elector is stopped gracefully (it demotes its app, waits for the")
-print("ack and releases the Lease), an OIDCClient is created at once, and the elector is started")
-print("again as the kubelet restarts a sidecar. The leader app is sampled every 50 ms from each")
-print("pod's `supervise` (`GET /mode`); the reconcile is the client's status and Secret seen through")
-print("the API. Requests: `GET /.well-known/openid-configuration` every 50 ms on every pod.")
-print("The old leader app ends by SIGTERM, or by SIGKILL when it has not exited within the kill")
-print("grace (3 s): the demotion's ack, and so the release and the takeover, wait for its end.")
+print("Each round, while the pod follows (with the standby: once one waits), an OIDCClient is")
+print("created and a leader grant pushed; the clock runs from the push to the client's Secret,")
+print("written by the operators. Then a follower grant. Requests: `GET")
+print("/.well-known/openid-configuration` every 50 ms (1 s timeout) on the app's port, from the")
+print("promotion until the pod has settled and from the demotion until it serves again. Memory:")
+print("after a 20 s idle window in the last round, the pod being the supervisor and every app")
+print("process it runs (the elector sidecar, about the same in every way, not counted); with")
+print("`lease-bridge` the one process is the serving instance as follower and the leader instance")
+print("as leader. A `lease-bridge` demotion ends the process and starts a follower: its failed")
+print("requests are that start.")
 for gen in gens:
     path = os.path.join(runs, f"{gen}.log")
     try:
-        lines = [l.rstrip() for l in open(path) if "] " in l and not l.startswith("{")]
+        lines = [l.rstrip() for l in open(path) if " round " in l or "promotion → first reconcile" in l]
     except OSError:
         lines = ["(no log)"]
     print()
-    print(f"## {gen}: the run's log")
+    print(f"## {gen}: the run's figures as printed")
     print()
     print("```text")
-    for l in lines[-14:]:
-        print(l[:400])
+    for l in lines[-40:]:
+        print(l[:600])
     print("```")
 PY
+mv "$results.tmp" "$results"
 echo "wrote $results"
 exit "$status"

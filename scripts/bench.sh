@@ -14,7 +14,7 @@
 #   PME_PASSMOWER_GENERATIONS="1.3 2.2 2.4" scripts/bench.sh   # the real Passmower instead
 #
 # With PME_PASSMOWER_GENERATIONS set (generations as scripts/real-pods.sh names them) it runs
-# the processes-as-pods handover on the real Passmower of each generation instead
+# the standby benchmark on the real Passmower of each generation instead
 # (scripts/bench-generations.sh, docs/results/generations.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -310,10 +310,53 @@ for gen, folder, what in GENERATIONS:
                 else f"; a sign-in on a follower did not complete ({signed.get('stopped', 'not run')})"))
     compat.append(f"| {gen} | `{folder}` | yes | {mode} | {must} | {memory(data)} | {shown} |")
 
+# Memory per pod by way of switching, from the standby benchmark's last run per generation
+# (scripts/bench-generations.sh), when INV_BENCH names its directory.
+def bench_memory():
+    bench = os.environ.get("INV_BENCH", "")
+    if not bench or not os.path.isdir(bench):
+        return []
+    env = {}
+    try:
+        for line in open(os.path.join(bench, "run.env")):
+            k, _, v = line.strip().partition("=")
+            env[k] = v.strip("'\"").replace("\\ ", " ")
+    except OSError:
+        return []
+    ways = [("restart", "restart"), ("fresh", "leader-instance"),
+            ("standby", "leader-instance + standby"), ("bridge", "lease-bridge")]
+    rows = []
+    for gen, folder, _ in GENERATIONS:
+        try:
+            doc = json.load(open(os.path.join(bench, f"{gen}.json")))
+        except (OSError, ValueError):
+            continue
+        by = {v["variant"]: v["figures"] for v in doc.get("variants", [])}
+        def cell(name):
+            f = by.get(name)
+            if not f or not f.get("pod_follower_mib") or not f.get("pod_leader_mib"):
+                return "-"
+            return f"{f['pod_follower_mib'][0]:.0f} / {f['pod_leader_mib'][0]:.0f}"
+        rows.append(f"| {gen} | " + " | ".join(cell(n) for n, _ in ways) + " |")
+    if not rows:
+        return []
+    return ["", "Memory per pod by way of switching the app between follower and leader, MiB as "
+            "follower / as leader: the supervisor and every app process it runs after a 20 s idle "
+            "window, processes against a real kube-apiserver and Redis (the elector, about 8 MiB, "
+            "and the sandbox not counted); from the run of "
+            f"`scripts/bench-generations.sh` on {env.get('GEN_DATE', 'unknown')}, passmower-elector "
+            f"{env.get('GEN_REV', 'unknown')} ([generations.md](generations.md)). `lease-bridge` is "
+            "for a Passmower that elects itself.", "",
+            "| generation | " + " | ".join(w for _, w in ways) + " |",
+            "|---|" + "---:|" * len(ways)] + rows
+
+
 compat += ["", "Memory per pod: resident memory summed over every process of the pod (the serving "
            "instance, the waiting standby or the leader instance, the elector, the supervisor, "
            "the sandbox), after a 20 s idle window, with the chart's defaults (no memory request, "
-           "so inject keeps the warm standby); the followers' range, then the leader's pod.",
+           "so inject keeps the warm standby); the followers' range, then the leader's pod."]
+compat += bench_memory()
+compat += [
            "",
            "Every generation also needs what 1.3.0 needs: `ISSUER_URL` on a public-suffix "
            "domain and the `oidc-keys` Secret (`OIDC_JWKS`, `OIDC_COOKIE_KEYS`). The sources of "

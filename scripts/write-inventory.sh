@@ -52,5 +52,8 @@ export INV_MACHINE="$(uname -srm), $(nproc) cores, Node.js $(node --version)"
 export INV_REV="$(git describe --always --dirty 2>/dev/null || echo unknown)"
 INV_TREES="$(for g in $PME_ALL_GENERATIONS; do printf '%s=%s ' "$g" "$(generation_tree "$g")"; done)"
 export INV_TREES
+# The memory per way of switching, from scripts/bench-generations.sh's last run, when there is one.
+INV_BENCH="$(cd "$target" && pwd)/bench-generations"
+export INV_BENCH
 python3 scripts/render-inventory.py "$runs" ../shared/upstream docs/results
 echo "wrote docs/results/write-inventory.md and docs/results/compatibility.md"

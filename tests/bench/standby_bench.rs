@@ -17,7 +17,9 @@
 //! PME_PASSMOWER_APP=$(scripts/build-passmower-app.sh | tail -n1) \
 //!   cargo test --test bench -- standby_bench:: --ignored --nocapture   # 2.4
 //! ```
-//! `PME_STANDBY_BENCH_ROUNDS` (default 5) promotions per variant.
+//! `PME_STANDBY_BENCH_ROUNDS` (default 5) promotions per variant. With
+//! `PME_STANDBY_BENCH_OUT=FILE` every variant's raw figures are also written to FILE as JSON
+//! (`scripts/bench-generations.sh` renders them per generation).
 
 use std::time::{Duration, Instant};
 
@@ -62,7 +64,7 @@ fn stats(xs: &mut [f64]) -> String {
 }
 
 /// One variant's figures: promotion → reconcile (ms) per round, and RSS (MiB) samples.
-#[derive(Default)]
+#[derive(Default, serde::Serialize)]
 struct Figures {
     reconcile_ms: Vec<f64>,
     /// Failed requests in each promotion's and each demotion's window, and all requests sent.
@@ -222,6 +224,7 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
     let follower_selector = format!("NAMESPACE_SELECTOR={idle}");
     let secrets = Api::<Secret>::namespaced(admin.clone(), &ns.name);
     let mut report = Vec::new();
+    let mut raw = Vec::new();
     let elects_itself = std::fs::read_to_string(app.join("src/adapters/kubernetes.js"))
         .is_ok_and(|a| a.contains("getLease"));
     let variants: &[Variant] = if elects_itself {
@@ -397,6 +400,7 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
         let _ = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
             matches!(supervisor.0.try_wait(), Ok(Some(_)))
         });
+        raw.push(serde_json::json!({ "variant": variant.name(), "figures": &figures }));
         report.push(format!(
             "{:<8} promotion → first reconcile ms min/median/max {:>16}   failed requests per promotion {:>8} per demotion {:>8} (of {} sent)   RSS MiB serving {:>12}  standby {:>12}  leader instance {:>12}  pod as follower {:>12}  pod as leader {:>12}",
             variant.name(),
@@ -411,19 +415,31 @@ async fn bench_promotion_to_first_reconcile_with_and_without_a_standby() {
             stats(&mut figures.pod_leader_mib),
         ));
     }
+    let node_version = String::from_utf8_lossy(
+        &std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default(),
+    )
+    .trim()
+    .to_owned();
     eprintln!(
-        "\nPassmower at {} ({} rounds each; node {}):",
+        "\nPassmower at {} ({} rounds each; node {node_version}):",
         app.display(),
         rounds,
-        String::from_utf8_lossy(
-            &std::process::Command::new("node")
-                .arg("--version")
-                .output()
-                .map(|o| o.stdout)
-                .unwrap_or_default()
-        )
-        .trim()
     );
+    if let Some(out) = std::env::var_os("PME_STANDBY_BENCH_OUT") {
+        let doc = serde_json::json!({
+            "app": app.display().to_string(),
+            "rounds": rounds,
+            "node": node_version,
+            "variants": raw,
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("figures as JSON");
+        std::fs::write(&out, text)
+            .unwrap_or_else(|e| panic!("PME_STANDBY_BENCH_OUT {}: {e}", out.to_string_lossy()));
+    }
     for line in report {
         eprintln!("{line}");
     }

@@ -49,12 +49,7 @@ pub const TASKS: &[Task] = &[
     Task {
         name: "bench-generations",
         script: "scripts/bench-generations.sh",
-        what: "requests lost per handover on the real Passmower, per generation",
-    },
-    Task {
-        name: "handover-bench",
-        script: "scripts/handover-bench.py",
-        what: "requests lost per handover, one generation (docs/results/handover.md)",
+        what: "follower ↔ leader on the real Passmower per generation and way: docs/results/generations.md",
     },
     Task {
         name: "write-inventory",

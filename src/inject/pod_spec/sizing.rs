@@ -5,9 +5,9 @@
 //! standby taking about what the leader instance takes, so such a limit fails in every pod
 //! at once. Also the Kubernetes quantity parser the checks read the resources with.
 //!
-//! The rules, from Passmower 1.3.0 and 2.4 measured after a 20 s idle window
-//! (docs/results/standby.md): the serving instance takes 132–170 MiB RSS, a leader instance
-//! 145–179 MiB and a waiting standby 176–197 MiB; 200Mi per instance covers each of them.
+//! The rules, from Passmower 1.3, 2.2 and 2.4 measured after a 20 s idle window
+//! (docs/results/generations.md): the serving instance takes 130–158 MiB RSS, a leader instance
+//! 132–177 MiB and a waiting standby 174–194 MiB; 200Mi per instance covers each of them.
 //! - The limit: warn when `resources.limits.memory` is below 2 × 200Mi = 400Mi. What the app
 //!   needs beyond idle cannot be known here, so the rule only catches a limit that cannot hold
 //!   two idle instances. No limit, no warning: nothing is capped.
