@@ -232,11 +232,13 @@ fn relative_links_between_the_docs_resolve() {
 /// The sections of docs/design/layout.md that name every file of a folder: `## role` for each
 /// role of `src/`, `## testkit` for the test kit and `## tests` for the test tiers, each with
 /// the folder its file names are relative to.
-const LAYOUT_SECTIONS: [(&str, &str); 6] = [
+const LAYOUT_SECTIONS: [(&str, &str); 8] = [
     ("election", "src/election"),
     ("elect", "src/elect"),
     ("inject", "src/inject"),
+    ("status", "src/status"),
     ("supervise", "src/supervise"),
+    ("webhook", "src/webhook"),
     ("testkit", "testkit/src"),
     ("tests", "tests"),
 ];
