@@ -277,26 +277,41 @@ async fn an_install_moves_from_upstreams_election_to_ours_and_back_with_one_writ
 
 /// Writes upstream's Lease as a live upstream holder would: `holder`, a 4 s duration, renewed now.
 async fn renew_as_upstream(api: &kube::Api<Lease>, holder: &str) {
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-        k8s_openapi::jiff::Timestamp::now(),
-    );
-    let mut lease = api
-        .get_opt(DEFAULT_NATIVE_LEASE)
-        .await
-        .expect("read")
-        .unwrap_or_default();
-    lease.metadata.name = Some(DEFAULT_NATIVE_LEASE.to_owned());
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = Some(holder.to_owned());
-    spec.lease_duration_seconds = Some(4);
-    spec.renew_time = Some(now);
+    write_lease(api, DEFAULT_NATIVE_LEASE, |spec| {
+        spec.holder_identity = Some(holder.to_owned());
+        spec.lease_duration_seconds = Some(4);
+    })
+    .await;
+}
+
+/// Writes Lease `name` as a writer other than the electors would: read, `change` its spec,
+/// renew it now, create or replace. An elector renewing the same Lease can make the replace
+/// meet a newer resourceVersion (409); the write is read again and retried, as any Lease
+/// writer must (bounded: 20 attempts).
+async fn write_lease(
+    api: &kube::Api<Lease>,
+    name: &str,
+    change: impl Fn(&mut k8s_openapi::api::coordination::v1::LeaseSpec),
+) {
     let pp = kube::api::PostParams::default();
-    if lease.metadata.resource_version.is_some() {
-        api.replace(DEFAULT_NATIVE_LEASE, &pp, &lease)
-            .await
-            .expect("replace");
-    } else {
-        api.create(&pp, &lease).await.expect("create");
+    for attempt in 1..=20 {
+        let mut lease = api.get_opt(name).await.expect("read").unwrap_or_default();
+        lease.metadata.name = Some(name.to_owned());
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        change(spec);
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        let written = if lease.metadata.resource_version.is_some() {
+            api.replace(name, &pp, &lease).await.map(drop)
+        } else {
+            api.create(&pp, &lease).await.map(drop)
+        };
+        match written {
+            Ok(()) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 20 => {}
+            Err(e) => panic!("write Lease {name} (attempt {attempt}): {e}"),
+        }
     }
 }
 
@@ -474,18 +489,12 @@ async fn a_term_that_ends_without_a_hand_over_clears_upstreams_lease_once_the_ap
 
     // Our Lease is taken from under our leader (held by another, fresh, for a minute).
     let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), &ns);
-    let mut lease = leases.get(&bed.ns.lease_name).await.expect("our Lease");
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity =
-        Some("someone-else_0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40_0a1b2c3d".into());
-    spec.lease_duration_seconds = Some(60);
-    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-        k8s_openapi::jiff::Timestamp::now(),
-    ));
-    leases
-        .replace(&bed.ns.lease_name, &Default::default(), &lease)
-        .await
-        .expect("take our Lease");
+    write_lease(&leases, &bed.ns.lease_name, |spec| {
+        spec.holder_identity =
+            Some("someone-else_0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40_0a1b2c3d".into());
+        spec.lease_duration_seconds = Some(60);
+    })
+    .await;
     let taken = Instant::now();
     let took = watch_one_writer(&[&up], &[&ours], LIMIT, || up.leads());
     assert!(took, "upstream's pod never led:\n{}", up.log());
