@@ -24,6 +24,38 @@ use crate::control_plane::{ControlPlane, Options, TokenUser};
 pub use crate::kubeconfig::client_from_kubeconfig;
 use crate::kubeconfig::write_kubeconfig;
 
+/// Writes Lease `name` as a writer other than the electors would (an administrator, another
+/// election): reads it (a default one named `name` when absent), lets `change` edit it, and
+/// creates or replaces it. An elector renewing the same Lease can make the write meet a newer
+/// resourceVersion (409): it is read again and retried, as any Lease writer must, at most 20
+/// times.
+pub async fn write_lease(
+    api: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    change: impl Fn(&mut k8s_openapi::api::coordination::v1::Lease),
+) {
+    let pp = PostParams::default();
+    for attempt in 1..=20 {
+        let mut lease = api
+            .get_opt(name)
+            .await
+            .unwrap_or_else(|e| panic!("read Lease {name}: {e}"))
+            .unwrap_or_default();
+        lease.metadata.name = Some(name.to_owned());
+        change(&mut lease);
+        let written = if lease.metadata.resource_version.is_some() {
+            api.replace(name, &pp, &lease).await.map(drop)
+        } else {
+            api.create(&pp, &lease).await.map(drop)
+        };
+        match written {
+            Ok(()) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 20 => {}
+            Err(e) => panic!("write Lease {name} (attempt {attempt}): {e}"),
+        }
+    }
+}
+
 /// Elector identities baked into the static token file (it is read once, at start): namespace
 /// `e2e-N` for N in 1..=this. The api tier's tests share one control plane; more namespaces
 /// than this per test binary is a test design problem.

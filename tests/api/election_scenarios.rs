@@ -16,6 +16,7 @@ use passmower_elector::clock::BootInstant;
 use passmower_elector::grant::{self, Grant, Mode};
 
 use crate::product::{read_grant, ElectorNamespaces};
+use pme_testkit::cluster::write_lease;
 use pme_testkit::{
     free_port, wait_until, BootTime, Cluster, ElectorProcess, FaultProxy, GrantRecorder, TestNs,
 };
@@ -190,32 +191,24 @@ async fn put_lease(
     duration: Option<i32>,
     transitions: Option<i32>,
 ) {
-    let api = pods.leases().await;
-    let mut lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(pods.ns.lease_name.clone()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: holder.map(str::to_owned),
-            lease_duration_seconds: duration,
-            lease_transitions: transitions,
-            ..Default::default()
-        }),
-    };
-    match api.get_opt(&pods.ns.lease_name).await.expect("get") {
-        Some(existing) => {
-            lease.metadata.resource_version = existing.metadata.resource_version;
-            api.replace(&pods.ns.lease_name, &PostParams::default(), &lease)
-                .await
-                .expect("replace");
-        }
-        None => {
-            api.create(&PostParams::default(), &lease)
-                .await
-                .expect("create");
-        }
-    }
+    // The whole object as given (nothing of the one it replaces but its resourceVersion),
+    // retried on a conflict with a renewing leader.
+    write_lease(&pods.leases().await, &pods.ns.lease_name, |lease| {
+        *lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(pods.ns.lease_name.clone()),
+                resource_version: lease.metadata.resource_version.take(),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                lease_duration_seconds: duration,
+                lease_transitions: transitions,
+                ..Default::default()
+            }),
+        };
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use passmower_elector::inject::native_election::DEFAULT_NATIVE_LEASE;
+use pme_testkit::cluster::write_lease;
 use pme_testkit::fence::create_client;
 use pme_testkit::free_port;
 use pme_testkit::passmower::start_redis;
@@ -277,42 +278,21 @@ async fn an_install_moves_from_upstreams_election_to_ours_and_back_with_one_writ
 
 /// Writes upstream's Lease as a live upstream holder would: `holder`, a 4 s duration, renewed now.
 async fn renew_as_upstream(api: &kube::Api<Lease>, holder: &str) {
-    write_lease(api, DEFAULT_NATIVE_LEASE, |spec| {
-        spec.holder_identity = Some(holder.to_owned());
-        spec.lease_duration_seconds = Some(4);
-    })
-    .await;
+    write_renewed(api, DEFAULT_NATIVE_LEASE, holder, 4).await;
 }
 
-/// Writes Lease `name` as a writer other than the electors would: read, `change` its spec,
-/// renew it now, create or replace. An elector renewing the same Lease can make the replace
-/// meet a newer resourceVersion (409); the write is read again and retried, as any Lease
-/// writer must (bounded: 20 attempts).
-async fn write_lease(
-    api: &kube::Api<Lease>,
-    name: &str,
-    change: impl Fn(&mut k8s_openapi::api::coordination::v1::LeaseSpec),
-) {
-    let pp = kube::api::PostParams::default();
-    for attempt in 1..=20 {
-        let mut lease = api.get_opt(name).await.expect("read").unwrap_or_default();
-        lease.metadata.name = Some(name.to_owned());
+/// Writes Lease `name` held by `holder` for `duration_seconds`, renewed now, the rest of its
+/// spec kept (see [`write_lease`]).
+async fn write_renewed(api: &kube::Api<Lease>, name: &str, holder: &str, duration_seconds: i32) {
+    write_lease(api, name, |lease| {
         let spec = lease.spec.get_or_insert_with(Default::default);
-        change(spec);
+        spec.holder_identity = Some(holder.to_owned());
+        spec.lease_duration_seconds = Some(duration_seconds);
         spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
             k8s_openapi::jiff::Timestamp::now(),
         ));
-        let written = if lease.metadata.resource_version.is_some() {
-            api.replace(name, &pp, &lease).await.map(drop)
-        } else {
-            api.create(&pp, &lease).await.map(drop)
-        };
-        match written {
-            Ok(()) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 20 => {}
-            Err(e) => panic!("write Lease {name} (attempt {attempt}): {e}"),
-        }
-    }
+    })
+    .await;
 }
 
 /// The leader's hold on upstream's Lease, on plain electors (no app, the grant files recorded
@@ -489,11 +469,12 @@ async fn a_term_that_ends_without_a_hand_over_clears_upstreams_lease_once_the_ap
 
     // Our Lease is taken from under our leader (held by another, fresh, for a minute).
     let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), &ns);
-    write_lease(&leases, &bed.ns.lease_name, |spec| {
-        spec.holder_identity =
-            Some("someone-else_0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40_0a1b2c3d".into());
-        spec.lease_duration_seconds = Some(60);
-    })
+    write_renewed(
+        &leases,
+        &bed.ns.lease_name,
+        "someone-else_0f9c3a52-6b1e-4d0a-9a57-3c2e1d7b8f40_0a1b2c3d",
+        60,
+    )
     .await;
     let taken = Instant::now();
     let took = watch_one_writer(&[&up], &[&ours], LIMIT, || up.leads());
